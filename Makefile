@@ -1,0 +1,31 @@
+# Quick start: `make serve` (service with the default voice) and `make test`.
+# Both build .venv from nothing on first use; later runs reuse it.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.voxpool-installed
+PYTEST_ARGS ?=
+
+.PHONY: serve test install voice bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# CPU build of torch: on the project's machines this pin resolves to a local CPU wheel.
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+voice: $(STAMP)
+	$(VENV)/bin/voxpool voices install baker-zh
+
+serve: $(STAMP)
+	$(VENV)/bin/voxpool serve
+
+test: $(STAMP)
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,1 @@
+"""voxpool clients package."""

@@ -1,0 +1,1 @@
+"""voxpool engine package."""

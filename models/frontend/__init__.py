@@ -1,0 +1,1 @@
+"""voxpool models.frontend package."""

@@ -1,0 +1,1 @@
+"""voxpool service package."""

@@ -1,0 +1,1 @@
+"""voxpool tests.engine package."""

@@ -1,0 +1,1 @@
+"""voxpool tests.frontend package."""
