@@ -1,0 +1,223 @@
+"""The service's configuration tree: dataclasses, one loader (YAML file + VOXPOOL_* env overrides), unknown keys rejected."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+ENV_PREFIX = "VOXPOOL__"
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the key and what to change."""
+
+
+@dataclass
+class ServerConfig:
+    """gRPC server settings (reliability survey §3.2)."""
+
+    host: str = "[::]"
+    port: int = 50051
+    max_calls: int = 32  # concurrent Converse/Synthesize calls admitted; beyond: RESOURCE_EXHAUSTED
+    retry_after_ms: int = 500  # pushback sent with RESOURCE_EXHAUSTED (jittered ±50 %)
+    drain_grace_s: float = 300.0  # SIGTERM: how long in-flight calls may take to finish
+    max_receive_message_bytes: int = 65_536
+    max_send_message_bytes: int = 262_144
+    max_concurrent_streams: int = 128  # per HTTP/2 connection
+    keepalive_time_ms: int = 60_000
+    keepalive_timeout_ms: int = 20_000
+    min_recv_ping_interval_ms: int = 10_000
+    max_connection_idle_ms: int = 300_000
+    max_connection_age_ms: int = 1_800_000
+    max_connection_age_grace_ms: int = 330_000
+    reflection: bool = True  # gRPC reflection on the serving port
+    worker_threads: int = 2  # thread pool for the frontend (text → ids) off the event loop
+
+
+@dataclass
+class LimitsConfig:
+    """Per-call limits, published in `started` and enforced."""
+
+    max_delta_chars: int = 2_000  # characters in one text delta
+    max_buffered_chars: int = 10_000  # text waiting to be synthesized in a call
+    max_synthesize_chars: int = 5_000  # text of one Synthesize request
+    max_session_s: float = 300.0  # a Converse stream ends with DEADLINE_EXCEEDED after this
+    idle_timeout_s: float = 30.0  # no client event while nothing plays: the call ends OK
+    text_idle_flush_ms: int = 600  # buffered text with no closing punctuation is synthesized after this
+    max_marks_per_turn: int = 1_000
+    max_control_per_s: float = 50.0  # flush/mark/clear messages per second (token bucket, burst 2×)
+    max_lookahead_ms: int = 2_000  # audio synthesized ahead of playback before the engine stream pauses
+    stall_timeout_s: float = 10.0  # a client that does not read for this long is dropped
+
+
+@dataclass
+class AudioConfig:
+    """Defaults for the session's audio (a client's config overrides them)."""
+
+    encoding: str = "PCMU"
+    sample_rate_hz: int = 8000
+    frame_ms: int = 20
+    pacing: str = "REALTIME"
+    lead_ms: int = 60
+    preroll_ms: int = 0
+    fade_ms: int = 5
+
+
+@dataclass
+class VoiceConfig:
+    """Which voice to serve and how to load it."""
+
+    default: str = "baker-zh"
+    auto_install: bool = True  # install the default voice on first start when missing
+    weights: str = "int8"  # fp32 | int8 | bf16 (CPU fast path; fp32 or bf16 on CUDA)
+    device: str = "cpu"  # cpu | cuda | cuda:N
+
+
+@dataclass
+class FrontendConfig:
+    """Text segmentation and normalization defaults."""
+
+    one_as_yao: bool = True  # read the digit 1 as 幺 in phone numbers and codes
+    first_clause_cut: bool = True  # the first segment of a turn may end at a comma to cut TTFA
+    max_segment_chars: int = 80
+
+
+@dataclass
+class TelemetryConfig:
+    """Logs and metrics."""
+
+    log_level: str = "INFO"
+    json_logs: bool = False
+    metrics_port: int = 0  # 0 = no Prometheus endpoint
+
+
+@dataclass
+class ServiceConfig:
+    """The whole tree; each component reads its own part."""
+
+    server: ServerConfig = field(default_factory=ServerConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    audio: AudioConfig = field(default_factory=AudioConfig)
+    voice: VoiceConfig = field(default_factory=VoiceConfig)
+    frontend: FrontendConfig = field(default_factory=FrontendConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    engine: dict[str, Any] = field(default_factory=dict)  # passed to engine.EngineConfig.from_dict
+
+
+def _coerce(value: Any, typ: Any, where: str) -> Any:
+    origin = typing.get_origin(typ)
+    if dataclasses.is_dataclass(typ):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
+        return _build(typ, value, where)
+    if origin in (dict, Mapping) or typ is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping")
+        return dict(value)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(typ) if a is not type(None)]
+        return None if value is None else _coerce(value, args[0], where)
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return value.lower() in ("1", "true", "yes", "on")
+        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+    if typ in (int, float):
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        try:
+            out = typ(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected {typ.__name__}, got {value!r}") from None
+        if typ is int and isinstance(value, float) and value != out:
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return out
+    if typ is str:
+        if not isinstance(value, (str, int, float)):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return str(value)
+    return value
+
+
+def _build(cls: type, data: Mapping[str, Any], where: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{where or 'config'}: unknown key(s) {unknown}; known: {sorted(names)}")
+    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}" if where else k) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def _merge(base: dict, over: Mapping) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) else v
+    return out
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict:
+    """VOXPOOL__SERVER__PORT=50052 → {"server": {"port": "50052"}} (values are coerced by the loader)."""
+    tree: dict = {}
+    for key, value in environ.items():
+        if not key.startswith(ENV_PREFIX):
+            continue
+        path = [p.lower() for p in key[len(ENV_PREFIX):].split("__") if p]
+        if not path:
+            continue
+        node = tree
+        for p in path[:-1]:
+            node = node.setdefault(p, {})
+        node[path[-1]] = yaml.safe_load(value) if value else value
+    return tree
+
+
+def load_config(path: str | Path | None = None, environ: Mapping[str, str] | None = None) -> ServiceConfig:
+    """Defaults ← YAML file (if given) ← VOXPOOL__SECTION__KEY environment variables; validated."""
+    data: dict = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            loaded = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"config file {p} does not exist") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {p} is not valid YAML: {exc}") from exc
+        if not isinstance(loaded, Mapping):
+            raise ConfigError(f"config file {p} must hold a mapping at the top level")
+        data = dict(loaded)
+    data = _merge(data, env_overrides(os.environ if environ is None else environ))
+    cfg = _build(ServiceConfig, data, "")
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: ServiceConfig) -> None:
+    """Cross-field checks with messages that say what to change."""
+    a = cfg.audio
+    if a.encoding not in ("PCMU", "PCMA", "L16"):
+        raise ConfigError(f"audio.encoding: {a.encoding!r} is not one of PCMU, PCMA, L16")
+    if a.sample_rate_hz not in (8000, 16000, 24000):
+        raise ConfigError(f"audio.sample_rate_hz: {a.sample_rate_hz} is not one of 8000, 16000, 24000")
+    if not 10 <= a.frame_ms <= 60 or a.frame_ms % 10:
+        raise ConfigError(f"audio.frame_ms: {a.frame_ms} must be 10, 20, 30, 40, 50 or 60")
+    if a.pacing not in ("REALTIME", "ASAP"):
+        raise ConfigError(f"audio.pacing: {a.pacing!r} is not REALTIME or ASAP")
+    if not 0 <= a.lead_ms <= 500:
+        raise ConfigError(f"audio.lead_ms: {a.lead_ms} must be within 0..500")
+    if cfg.server.max_calls < 1:
+        raise ConfigError("server.max_calls must be ≥ 1")
+    if not 0 < cfg.server.port < 65536 and cfg.server.port != 0:
+        raise ConfigError(f"server.port: {cfg.server.port} is not a port number")
+    if cfg.voice.weights not in ("fp32", "int8", "bf16"):
+        raise ConfigError(f"voice.weights: {cfg.voice.weights!r} is not fp32, int8 or bf16")
+    if cfg.limits.max_delta_chars > cfg.limits.max_buffered_chars:
+        raise ConfigError("limits.max_delta_chars must not exceed limits.max_buffered_chars")

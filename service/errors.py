@@ -1,0 +1,74 @@
+"""Typed service errors and the one table that maps every error to a gRPC status code."""
+
+from __future__ import annotations
+
+import grpc
+
+
+class ServiceError(Exception):
+    """An error that ends a call (or a turn, when `turn_scoped`) with a gRPC status and a message."""
+
+    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+
+    def __init__(self, message: str, *, turn_id: str = "", retry_after_ms: int | None = None):
+        super().__init__(message)
+        self.message = message
+        self.turn_id = turn_id
+        self.retry_after_ms = retry_after_ms
+
+
+class InvalidArgument(ServiceError):
+    """The client sent something we cannot use; the message says what to change."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class Overloaded(ServiceError):
+    """No capacity for another call; retry after the pushback delay."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class ClientStalled(ServiceError):
+    """The client stopped reading audio for longer than the stall timeout."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class Unavailable(ServiceError):
+    """The server is draining, starting, or its engine is down."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class SessionExpired(ServiceError):
+    """The call exceeded its maximum duration."""
+
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class Internal(ServiceError):
+    """A bug or engine failure; details are in the logs, not the message."""
+
+    code = grpc.StatusCode.INTERNAL
+
+
+def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status and client-facing message for any exception raised while serving a call."""
+    if isinstance(exc, ServiceError):
+        return exc.code, exc.message
+    # Engine and model errors are mapped by name so that service/ does not import torch-side modules.
+    name = type(exc).__name__
+    table = {
+        "EngineOverloaded": (grpc.StatusCode.RESOURCE_EXHAUSTED, "the synthesis engine is full; retry shortly"),
+        "EngineDead": (grpc.StatusCode.UNAVAILABLE, "the synthesis engine stopped; retry on another server"),
+        "EngineStopped": (grpc.StatusCode.UNAVAILABLE, "the server is shutting down; retry on another server"),
+        "RequestFailed": (grpc.StatusCode.INTERNAL, "synthesis failed for this segment"),
+        "RequestCancelled": (grpc.StatusCode.CANCELLED, "cancelled"),
+        "FrontendError": (grpc.StatusCode.INVALID_ARGUMENT, str(exc)),
+        "NormalizationError": (grpc.StatusCode.INVALID_ARGUMENT, str(exc)),
+        "LexiconError": (grpc.StatusCode.INVALID_ARGUMENT, str(exc)),
+        "Tacotron2InputError": (grpc.StatusCode.INVALID_ARGUMENT, str(exc)),
+        "VoiceNotFound": (grpc.StatusCode.INVALID_ARGUMENT, str(exc)),
+    }
+    return table.get(name, (grpc.StatusCode.INTERNAL, "internal error"))
