@@ -1,0 +1,1 @@
+"""voxpool API package: protos/voxpool/<version>/."""

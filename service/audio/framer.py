@@ -1,0 +1,99 @@
+"""Cuts a float sample stream into encoded frames of exactly frame_ms each, keeping the remainder."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from service.audio import AudioFormatError
+from service.audio.g711 import Encoding, encode
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATES_HZ = (8000, 16000, 24000)
+MIN_FRAME_MS = 10
+MAX_FRAME_MS = 60
+
+
+def validate_format(sample_rate_hz: int, frame_ms: int) -> None:
+    """Raise AudioFormatError unless the rate is 8/16/24 kHz and the frame is a whole number of ms in 10-60."""
+    if isinstance(sample_rate_hz, bool) or sample_rate_hz not in SAMPLE_RATES_HZ:
+        raise AudioFormatError(f"sample_rate_hz must be one of {SAMPLE_RATES_HZ}, got {sample_rate_hz!r}")
+    if (
+        isinstance(frame_ms, bool)
+        or not isinstance(frame_ms, (int, np.integer))
+        or not MIN_FRAME_MS <= frame_ms <= MAX_FRAME_MS
+    ):
+        raise AudioFormatError(f"frame_ms must be an integer in {MIN_FRAME_MS}-{MAX_FRAME_MS}, got {frame_ms!r}")
+
+
+def frame_samples(sample_rate_hz: int, frame_ms: int) -> int:
+    """Samples in one frame: 160 at 8 kHz / 20 ms."""
+    validate_format(sample_rate_hz, frame_ms)
+    return sample_rate_hz * int(frame_ms) // 1000
+
+
+def frame_bytes(sample_rate_hz: int, frame_ms: int, encoding: "Encoding | str") -> int:
+    """Payload bytes of one frame: 160 for PCMU at 8 kHz / 20 ms, 320 for L16 at 8 kHz / 20 ms."""
+    return frame_samples(sample_rate_hz, frame_ms) * Encoding.parse(encoding).bytes_per_sample
+
+
+def silence_frame(sample_rate_hz: int, frame_ms: int, encoding: "Encoding | str") -> bytes:
+    """One frame of digital silence: 0xFF bytes (μ-law), 0xD5 (A-law), zeros (L16)."""
+    return Encoding.parse(encoding).silence_sample * frame_samples(sample_rate_hz, frame_ms)
+
+
+class Framer:
+    """Push float samples (already at sample_rate_hz), get back whole encoded frames.
+
+    Samples that do not fill a frame stay inside until the next push; `flush` emits them as one last
+    frame, padded with silence (or short, with pad=False).
+    """
+
+    def __init__(self, sample_rate_hz: int, frame_ms: int, encoding: "Encoding | str") -> None:
+        validate_format(sample_rate_hz, frame_ms)
+        self.sample_rate_hz = int(sample_rate_hz)
+        self.frame_ms = int(frame_ms)
+        self.encoding = Encoding.parse(encoding)
+        self.frame_samples = frame_samples(self.sample_rate_hz, self.frame_ms)
+        self.frame_bytes = self.frame_samples * self.encoding.bytes_per_sample
+        self.silence = silence_frame(self.sample_rate_hz, self.frame_ms, self.encoding)
+        self._pending = bytearray()  # encoded samples not yet forming a whole frame
+
+    @property
+    def pending_samples(self) -> int:
+        """Samples held back, waiting for the rest of their frame (< frame_samples)."""
+        return len(self._pending) // self.encoding.bytes_per_sample
+
+    def push(self, samples: np.ndarray) -> list[bytes]:
+        """Append float samples [N]; return every whole frame now complete (each exactly frame_bytes)."""
+        x = np.asarray(samples)
+        if x.ndim != 1:
+            raise AudioFormatError(f"expected mono samples [N], got shape {x.shape}")
+        if x.size == 0:
+            return []
+        self._pending += encode(x, self.encoding)
+        n_frames = len(self._pending) // self.frame_bytes
+        if n_frames == 0:
+            return []
+        cut = n_frames * self.frame_bytes
+        data = bytes(self._pending[:cut])
+        del self._pending[:cut]
+        return [data[i : i + self.frame_bytes] for i in range(0, cut, self.frame_bytes)]
+
+    def flush(self, pad: bool = True) -> list[bytes]:
+        """Emit the held-back samples as one last frame (silence-padded to frame_bytes when pad); [] if none."""
+        if not self._pending:
+            return []
+        data = bytes(self._pending)
+        self._pending.clear()
+        if pad:
+            data += self.encoding.silence_sample * ((self.frame_bytes - len(data)) // self.encoding.bytes_per_sample)
+        return [data]
+
+    def reset(self) -> int:
+        """Drop the held-back samples (barge-in); return how many were dropped."""
+        dropped = self.pending_samples
+        self._pending.clear()
+        return dropped
