@@ -1,1 +1,31 @@
-"""voxpool models.frontend package."""
+"""Mandarin text frontend for the Baker voice: normalization, G2P, sandhi, prosody marks, symbol ids, segmenting."""
+
+from .g2p import LexiconError
+from .normalize import NormalizationError, NormalizedText, NormalizeOptions, Span, normalize
+from .pipeline import DryRun, FrontendError, FrontendLexiconError, FrontendOptions, FrontendResult, MandarinFrontend
+from .segmenter import Segment, Segmenter, SegmenterError
+from .symbols import EOS_ID, ID_TO_SYMBOL, SIL_ID, SYMBOL_TO_ID, SYMBOLS, PinyinError
+
+__all__ = [
+    "DryRun",
+    "EOS_ID",
+    "FrontendError",
+    "FrontendLexiconError",
+    "FrontendOptions",
+    "FrontendResult",
+    "ID_TO_SYMBOL",
+    "LexiconError",
+    "MandarinFrontend",
+    "NormalizationError",
+    "NormalizeOptions",
+    "NormalizedText",
+    "PinyinError",
+    "SIL_ID",
+    "SYMBOLS",
+    "SYMBOL_TO_ID",
+    "Segment",
+    "Segmenter",
+    "SegmenterError",
+    "Span",
+    "normalize",
+]
