@@ -1,0 +1,137 @@
+"""EngineConfig: every engine knob in one dataclass, with `from_dict` (unknown keys rejected) and validation."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+_DEVICES = ("cpu", "cuda")
+_DTYPES = ("float32", "bfloat16", "float16")
+_WEIGHTS = ("fp32", "int8", "bf16")
+
+
+@dataclass
+class EngineConfig:
+    """Engine settings. Frames are mel frames (hop 300 at 24 kHz: 12.5 ms each); steps are decoder steps (r frames)."""
+
+    # --- where and how the models run
+    device: str = "cpu"  # cpu | cuda | cuda:N
+    dtype: str = "float32"  # activations/state dtype: float32 | bfloat16 | float16 (CUDA)
+    weights: str = "fp32"  # passed to models.voices.bundle.load_voice: fp32 | int8 | bf16 (CPU fast paths)
+    num_threads: int = 0  # torch intra-op threads for the engine thread; 0 leaves torch's default
+    voices: tuple[str, ...] = ("baker-zh",)  # voices loaded by AsyncEngine.from_config
+    cuda_graphs: bool = True  # CUDA only: capture the decoder step / vocoder chunk per power-of-two batch bucket
+    cuda_graph_max_batch: int = 64  # largest captured bucket; bigger batches run eagerly
+
+    # --- the pool
+    max_slots: int = 32  # requests decoding at once (rows of the preallocated decoder state)
+    max_waiting: int = 64  # submitted requests waiting for a slot; beyond: EngineOverloaded at submit
+
+    # --- module-wise batching
+    max_encode_per_iteration: int = 4  # newcomers encoded per iteration (bounds the stall of running streams)
+    max_decode_batch: int = 0  # 0 = max_slots
+    max_vocode_batch: int = 16  # chunks vocoded in one batched call
+    prenet_dropout: bool = True  # Tacotron2 prenet dropout at inference (as trained); masks depend on (seed, step)
+    decode_steps_per_iteration: int = 1  # decoder steps per batched decode call (cancel is noticed between calls)
+    window_bucket_frames: int = 8  # vocoder windows are right-padded to a multiple of this (fewer shapes)
+
+    # --- chunking
+    first_chunk_frames: int = 16  # 200 ms at hop 300 / 24 kHz: short first chunk for a low TTFA
+    chunk_frames: int = 24  # later chunks (300 ms)
+    max_chunk_frames: int = 48  # a request that fell behind is vocoded in chunks of up to this many frames
+
+    # --- streaming-aware scheduling (engine/scheduler.py)
+    urgency_margin_ms: float = 500.0  # urgent when buffered audio < next chunk + this margin
+    max_vocode_wait_ms: float = 150.0  # a non-urgent ready chunk waits at most this long for a bigger batch
+    min_vocode_batch: int = 4  # non-urgent chunks alone are vocoded once this many are ready (or the wait expires)
+
+    # --- bounds and faults
+    max_unread_audio_ms: float = 30_000.0  # a stream with this much unread audio pauses (its request is not scheduled)
+    stalled_consumer_timeout_ms: float = 30_000.0  # ... and fails with ConsumerStalled after being paused this long
+    max_consecutive_failures: int = 16  # this many failed batches in a row (no success between) kill the loop
+
+    def __post_init__(self) -> None:
+        self.voices = tuple(self.voices)
+        self.validate()
+
+    @property
+    def decode_batch_cap(self) -> int:
+        """Largest decode batch (max_decode_batch, or max_slots when 0)."""
+        return self.max_decode_batch or self.max_slots
+
+    def validate(self) -> None:
+        """Raise ValueError naming the field and the fix when a value is out of range."""
+        base = self.device.split(":", 1)[0]
+        if base not in _DEVICES:
+            raise ValueError(f"engine.device={self.device!r}: use cpu, cuda or cuda:N")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"engine.dtype={self.dtype!r}: use one of {_DTYPES}")
+        if self.weights not in _WEIGHTS:
+            raise ValueError(f"engine.weights={self.weights!r}: use one of {_WEIGHTS}")
+        positive = (
+            "max_slots", "max_encode_per_iteration", "max_vocode_batch", "decode_steps_per_iteration",
+            "window_bucket_frames", "first_chunk_frames", "chunk_frames", "max_chunk_frames",
+            "min_vocode_batch", "max_consecutive_failures", "cuda_graph_max_batch",
+        )
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"engine.{name}={getattr(self, name)}: must be >= 1")
+        for name in ("max_waiting", "max_decode_batch", "num_threads"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"engine.{name}={getattr(self, name)}: must be >= 0")
+        for name in ("urgency_margin_ms", "max_vocode_wait_ms", "max_unread_audio_ms", "stalled_consumer_timeout_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"engine.{name}={getattr(self, name)}: must be >= 0")
+        if self.max_chunk_frames < max(self.first_chunk_frames, self.chunk_frames):
+            raise ValueError("engine.max_chunk_frames must be >= first_chunk_frames and chunk_frames")
+        if not self.voices:
+            raise ValueError("engine.voices: name at least one voice")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "EngineConfig":
+        """Build from a mapping (YAML section); unknown keys and wrongly typed values raise ValueError."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - set(fields))
+        if unknown:
+            raise ValueError(f"engine: unknown keys {unknown}; known keys: {sorted(fields)}")
+        defaults = cls()
+        kwargs = {name: _coerce(name, value, getattr(defaults, name)) for name, value in data.items()}
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain mapping (round-trips through from_dict)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["voices"] = list(self.voices)
+        return out
+
+
+def _coerce(name: str, value: Any, default: Any) -> Any:
+    """Coerce a YAML/env value to the type of the field's default."""
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return value.lower() in ("1", "true", "yes", "on")
+        raise ValueError(f"engine.{name}: expected true/false, got {value!r}")
+    if isinstance(default, (int, float)):
+        if isinstance(value, bool):
+            raise ValueError(f"engine.{name}: expected a number, got {value!r}")
+        try:
+            out = type(default)(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"engine.{name}: expected {type(default).__name__}, got {value!r}") from None
+        if isinstance(default, int) and isinstance(value, float) and value != out:
+            raise ValueError(f"engine.{name}: expected an integer, got {value!r}")
+        return out
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            raise ValueError(f"engine.{name}: expected a string, got {value!r}")
+        return value
+    if isinstance(default, tuple):
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"engine.{name}: expected a list of names, got {value!r}")
+        return tuple(value)
+    return value

@@ -1,0 +1,550 @@
+"""EngineCore: the one engine thread per device; each iteration admits, encodes, decodes, vocodes and publishes."""
+
+from __future__ import annotations
+
+import collections
+import enum
+import logging
+import threading
+from typing import Iterable, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from engine.config import EngineConfig
+from engine.errors import (
+    ConsumerStalled,
+    EngineDead,
+    EngineStopped,
+    EngineError,
+    InvalidRequest,
+    RequestFailed,
+)
+from engine.modules import ModuleRunner, VocodeJob
+from engine.pool import AdmissionGate, RequestPool
+from engine.request import (
+    AudioChunk,
+    FinishReason,
+    Request,
+    RequestTimings,
+    Status,
+    SynthesisRequest,
+    now_s,
+)
+from engine.scheduler import ChunkJob, Scheduler
+from engine.telemetry import EngineCounters, EngineObserver, IterationStats, ObserverFanout
+
+logger = logging.getLogger(__name__)
+
+
+class StreamSink(Protocol):
+    """Where the engine thread delivers a request's events (engine.output.OutputStream implements it)."""
+
+    @property
+    def unread_ms(self) -> float:
+        """Audio delivered but not yet read by the consumer (ms)."""
+
+    def publish_chunk(self, chunk: AudioChunk) -> None:
+        """One audio chunk, in order."""
+
+    def finish(self, reason: FinishReason, error: BaseException | None, timings: RequestTimings) -> None:
+        """The last event."""
+
+
+class Health(str, enum.Enum):
+    """Serving state as reported to health checks."""
+
+    SERVING = "SERVING"
+    NOT_SERVING = "NOT_SERVING"
+
+
+class _State(enum.Enum):
+    NEW = "new"
+    STARTING = "starting"
+    RUNNING = "running"
+    DRAINING = "draining"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    DEAD = "dead"
+
+
+class _TooManyFailures(RuntimeError):
+    """Consecutive failed batches passed max_consecutive_failures: the device or models are broken."""
+
+
+def validate_request(spec: SynthesisRequest, runner: ModuleRunner) -> None:
+    """Check ids and options against a voice's limits (pure Python, any thread); raise InvalidRequest."""
+    rid = spec.request_id
+    if not spec.ids:
+        raise InvalidRequest("empty ids", request_id=rid)
+    if len(spec.ids) > runner.max_input_len:
+        raise InvalidRequest(f"{len(spec.ids)} ids; this voice takes at most {runner.max_input_len}", request_id=rid)
+    bad = [i for i in spec.ids if not 0 <= i < runner.n_symbols]
+    if bad:
+        raise InvalidRequest(f"ids out of range [0, {runner.n_symbols}): {bad[:5]}", request_id=rid)
+    for name in ("first_chunk_frames", "chunk_frames"):
+        value = getattr(spec.options, name)
+        if value is not None and value < 1:
+            raise InvalidRequest(f"options.{name}={value}: must be >= 1", request_id=rid)
+
+
+class EngineCore:
+    """The engine thread: owns the pool, the scheduler and one ModuleRunner per voice.
+
+    Thread-safe entry points: `submit`, `cancel`, `start`, `drain`, `stop`, `health`, `counters`.
+    Everything else runs on the engine thread. When nothing is runnable the thread blocks on a condition
+    variable (woken by submit/cancel/stop, or at the scheduler's next deadline): it never spins.
+    """
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        runners: Mapping[str, ModuleRunner],
+        observers: Iterable[EngineObserver] = (),
+        name: str = "voxpool-engine",
+    ) -> None:
+        if not runners:
+            raise ValueError("EngineCore needs at least one voice runner")
+        self.config = config
+        self.runners = dict(runners)
+        self.default_voice = next(iter(self.runners))
+        self.pool = RequestPool(config.max_slots)
+        self.gate = AdmissionGate(config.max_slots + config.max_waiting)
+        self.scheduler = Scheduler(
+            config, {v: r.timing for v, r in self.runners.items()}, unread_ms=lambda r: r.sink.unread_ms
+        )
+        self.observer = ObserverFanout(list(observers))
+        self.death: BaseException | None = None
+        self._counters = EngineCounters()
+        self._name = name
+        self._cond = threading.Condition()
+        self._inbox: collections.deque[Request] = collections.deque()
+        self._cancels: collections.deque[str] = collections.deque()
+        self._live: dict[str, Request] = {}  # guarded by _cond: submitted and not yet ended
+        self._state = _State.NEW
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._consecutive_failures = 0
+        self._iteration = 0
+        self._warmup = True
+
+    # ------------------------------------------------------------------ thread-safe API
+
+    def start(self, warmup: bool = True, timeout_s: float | None = None) -> None:
+        """Start the engine thread (warming up each runner first); returns once it serves or died."""
+        with self._cond:
+            if self._state is not _State.NEW:
+                raise RuntimeError(f"engine already started (state {self._state.value})")
+            self._state = _State.STARTING
+        self._warmup = warmup
+        self._thread = threading.Thread(target=self._main, name=self._name, daemon=True)
+        self._thread.start()
+        self._ready.wait(timeout_s)
+        if self.death is not None:
+            raise EngineDead(f"engine failed to start: {self.death!r}") from self.death
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The engine thread (None before start)."""
+        return self._thread
+
+    def health(self) -> Health:
+        """SERVING while the loop runs and accepts requests; NOT_SERVING when starting, draining, stopped or dead."""
+        alive = self._thread is not None and self._thread.is_alive()
+        return Health.SERVING if alive and self._state is _State.RUNNING else Health.NOT_SERVING
+
+    @property
+    def dead(self) -> bool:
+        """True once the loop died."""
+        return self._state is _State.DEAD
+
+    def voice_runner(self, voice: str) -> ModuleRunner:
+        """The runner for a voice name ('' = the default voice); InvalidRequest when unknown."""
+        runner = self.runners.get(voice or self.default_voice)
+        if runner is None:
+            raise InvalidRequest(f"unknown voice {voice!r}; this engine serves {sorted(self.runners)}")
+        return runner
+
+    def sample_rate_hz(self, voice: str) -> int:
+        """Output sample rate of a voice ('' = default)."""
+        return self.voice_runner(voice).timing.sample_rate_hz
+
+    def submit(self, spec: SynthesisRequest, sink: StreamSink, timings: RequestTimings | None = None) -> Request:
+        """Validate and queue a request; it is served from the next iteration on.
+
+        Raises InvalidRequest (bad voice/ids/options, duplicate id), EngineOverloaded (slots and waiting
+        queue full), EngineStopped (draining/stopped) or EngineDead, all at once, on the caller's thread.
+        """
+        runner = self.voice_runner(spec.voice)
+        validate_request(spec, runner)
+        cfg = self.config
+        request = Request(
+            spec=spec,
+            voice=runner.voice,
+            sink=sink,
+            timings=timings or RequestTimings(submitted_s=now_s()),
+            first_chunk_frames=spec.options.first_chunk_frames or cfg.first_chunk_frames,
+            chunk_frames=spec.options.chunk_frames or cfg.chunk_frames,
+        )
+        with self._cond:
+            if self._state is _State.DEAD:
+                raise EngineDead(f"engine is dead: {self.death!r}", request_id=spec.request_id)
+            if self._state not in (_State.RUNNING, _State.STARTING):
+                raise EngineStopped(f"engine is {self._state.value}", request_id=spec.request_id)
+            if spec.request_id in self._live:
+                raise InvalidRequest(f"duplicate request_id {spec.request_id!r}", request_id=spec.request_id)
+            self.gate.acquire(spec.request_id)
+            self._live[spec.request_id] = request
+            self._inbox.append(request)
+            self._counters.requests_submitted += 1
+            self._cond.notify()
+        return request
+
+    def cancel(self, request_id: str) -> bool:
+        """Ask the engine to drop a request; noticed at the next iteration boundary. False if unknown/ended."""
+        with self._cond:
+            request = self._live.get(request_id)
+            if request is None:
+                return False
+            request.cancelled = True
+            self._cancels.append(request_id)
+            self._cond.notify()
+        return True
+
+    def drain(self, timeout_s: float | None = None) -> bool:
+        """Refuse new requests, finish the live ones, stop. True if all finished within the timeout."""
+        with self._cond:
+            if self._state in (_State.RUNNING, _State.STARTING):
+                self._state = _State.DRAINING
+            self._cond.notify()
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout_s)
+            if thread.is_alive():
+                self.stop()
+                return False
+        return self.death is None
+
+    def stop(self, timeout_s: float | None = 10.0) -> None:
+        """Stop now: live requests end with EngineStopped."""
+        with self._cond:
+            if self._state not in (_State.DEAD, _State.STOPPED):
+                self._state = _State.STOPPING
+            self._cond.notify()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+
+    def counters(self) -> EngineCounters:
+        """Snapshot of the cumulative counters."""
+        return self._counters.snapshot()
+
+    @property
+    def live_count(self) -> int:
+        """Requests submitted and not yet ended."""
+        return self.gate.count
+
+    # ------------------------------------------------------------------ engine thread
+
+    def _main(self) -> None:
+        try:
+            if self._warmup:
+                for runner in self.runners.values():
+                    runner.warmup()
+            with self._cond:
+                if self._state is _State.STARTING:
+                    self._state = _State.RUNNING
+            self._ready.set()
+            self._loop()
+        except BaseException as exc:  # noqa: BLE001 - the loop must report any death to every stream
+            self._die(exc)
+        finally:
+            self._ready.set()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                self._take_inbox_locked()
+                if self._state is _State.STOPPING:
+                    break
+                if self._state is _State.DRAINING and not self._live:
+                    break
+            worked, wake_at = self._iterate()
+            if worked:
+                continue
+            with self._cond:
+                if self._inbox or self._cancels or self._state is _State.STOPPING:
+                    continue
+                if self._state is _State.DRAINING and not self._live:
+                    continue
+                timeout = None if wake_at is None else max(0.0, wake_at - now_s())
+                self._cond.wait(timeout)
+        self._shutdown()
+
+    def _take_inbox_locked(self) -> None:
+        while self._inbox:
+            request = self._inbox.popleft()
+            if request.cancelled:
+                self._end(request, FinishReason.CANCELLED, None)
+            else:
+                self.pool.enqueue(request)
+        while self._cancels:
+            request = self.pool.get(self._cancels.popleft())
+            if request is not None:
+                request.cancelled = True
+
+    def _iterate(self) -> tuple[bool, float | None]:
+        """One iteration; returns (did any work, when to wake if idle)."""
+        started = now_s()
+        for request in list(self.pool):
+            if request.cancelled:
+                self._end(request, FinishReason.CANCELLED, None)
+        self.pool.admit()
+        plan = self.scheduler.plan(self.pool, started)
+        for request in plan.stalled:
+            self._end(
+                request,
+                FinishReason.ERROR,
+                ConsumerStalled(
+                    f"consumer left ≥{self.config.max_unread_audio_ms:.0f} ms unread for "
+                    f"{self.config.stalled_consumer_timeout_ms:.0f} ms",
+                    request_id=request.request_id,
+                ),
+            )
+        failed_before = self._counters.failed_batches
+        encode_n = decode_n = vocode_n = 0
+
+        t0 = now_s()
+        decode_sets = {voice: list(rows) for voice, rows in plan.decode.items()}
+        for voice, requests in plan.encode.items():
+            encoded = self._run_encode(voice, requests)
+            encode_n += len(requests)
+            rows = decode_sets.setdefault(voice, [])
+            room = self.config.decode_batch_cap - sum(len(v) for v in decode_sets.values())
+            rows.extend(encoded[: max(0, room)])  # newcomers take their first decoder step this iteration
+        t1 = now_s()
+        for voice, requests in decode_sets.items():
+            if requests:
+                requests.sort(key=lambda r: r.slot)
+                self._run_decode(voice, requests)
+                decode_n += len(requests)
+        t2 = now_s()
+        decoder_busy = any(r.status is Status.DECODING for r in self.pool.active())
+        chunks = self.scheduler.pick_chunks(self.pool, t2, decoder_busy)
+        for voice, jobs in chunks.vocode.items():
+            self._run_vocode(voice, jobs)
+            vocode_n += len(jobs)
+        t3 = now_s()
+
+        worked = bool(encode_n or decode_n or vocode_n or plan.stalled)
+        if not worked:
+            wakes = [w for w in (plan.wake_at_s, chunks.wake_at_s) if w is not None]
+            return False, (min(wakes) if wakes else None)
+        self._iteration += 1
+        c = self._counters
+        c.iterations += 1
+        c.busy_s += t3 - started
+        c.urgent_iterations += plan.urgent
+        c.deferred_chunks += chunks.deferred_chunks
+        c.max_decode_batch = max(c.max_decode_batch, decode_n)
+        c.max_vocode_batch = max(c.max_vocode_batch, vocode_n)
+        self.observer.on_iteration(
+            IterationStats(
+                index=self._iteration,
+                started_s=started,
+                duration_s=t3 - started,
+                encode_batch=encode_n,
+                decode_batch=decode_n,
+                vocode_batch=vocode_n,
+                decode_steps=self.config.decode_steps_per_iteration if decode_n else 0,
+                encode_s=t1 - t0,
+                decode_s=t2 - t1,
+                vocode_s=t3 - t2,
+                pool_active=self.pool.num_active,
+                pool_waiting=self.pool.num_waiting,
+                urgent=plan.urgent,
+                deferred_chunks=chunks.deferred_chunks,
+                skipped_decode=plan.skipped_decode,
+                paused=plan.paused,
+                failed_batches=c.failed_batches - failed_before,
+            )
+        )
+        return True, None
+
+    # ------------------------------------------------------------------ modules
+
+    def _run_encode(self, voice: str, requests: list[Request]) -> list[Request]:
+        runner = self.runners[voice]
+        try:
+            runner.encode([r.slot for r in requests], [r.spec.ids for r in requests], [r.spec.seed for r in requests])
+        except InvalidRequest as exc:
+            for request in requests:
+                self._end(request, FinishReason.ERROR, InvalidRequest(str(exc), request_id=request.request_id))
+            return []
+        except Exception as exc:  # noqa: BLE001 - a failed batch fails its requests only
+            self._fail_batch("encode", requests, exc)
+            return []
+        self._batch_ok()
+        self._counters.encode_calls += 1
+        self._counters.encoded_items += len(requests)
+        t = now_s()
+        for request in requests:
+            request.status = Status.DECODING
+            request.timings.encoded_s = t
+        return requests
+
+    def _run_decode(self, voice: str, requests: list[Request]) -> None:
+        runner = self.runners[voice]
+        steps = self.config.decode_steps_per_iteration
+        try:
+            rows = runner.decode([r.slot for r in requests], steps, self.config.prenet_dropout)
+        except Exception as exc:  # noqa: BLE001
+            self._fail_batch("decode", requests, exc)
+            return
+        self._batch_ok()
+        self._counters.decode_calls += 1
+        self._counters.decoded_rows += len(requests)
+        r_frames = runner.timing.reduction_factor
+        for i, request in enumerate(requests):
+            valid = int(rows.valid_steps[i])
+            request.peaks.extend(int(p) for p in rows.peaks[i, :valid])
+            loud = np.flatnonzero(rows.loud[i, : valid * r_frames])
+            if loud.size:
+                request.frames_decided = request.frames_decoded + int(loud[-1]) + 1
+            request.frames_decoded += valid * r_frames
+            request.timings.decoder_steps += valid
+            if bool(rows.finished[i]):
+                request.end_frame = request.frames_decided  # the trailing trim: quiet frames at the end go
+                request.status = Status.DRAINING
+
+    def _run_vocode(self, voice: str, jobs: list[ChunkJob]) -> None:
+        runner = self.runners[voice]
+        requests = [j.request for j in jobs]
+        try:
+            audio = runner.vocode(
+                [
+                    VocodeJob(
+                        slot=j.request.slot,
+                        start_frame=j.start_frame,
+                        end_frame=j.end_frame,
+                        utterance_frames=j.request.end_frame,
+                        first=j.start_frame == 0,
+                        last=j.last,
+                    )
+                    for j in jobs
+                ]
+            )
+            if len(audio) != len(jobs):
+                raise RuntimeError(f"vocoder returned {len(audio)} results for {len(jobs)} chunks")
+        except Exception as exc:  # noqa: BLE001
+            self._fail_batch("vocode", requests, exc)
+            return
+        self._batch_ok()
+        self._counters.vocode_calls += 1
+        self._counters.vocoded_chunks += len(jobs)
+        t = now_s()
+        r_frames = runner.timing.reduction_factor
+        for job, samples in zip(jobs, audio):
+            request = job.request
+            samples = np.asarray(samples, dtype=np.float32).reshape(-1)
+            if samples.size:
+                first = request.timings.first_audio_s is None
+                positions = np.asarray(
+                    request.peaks[job.start_frame // r_frames : -(-job.end_frame // r_frames)], dtype=np.int32
+                )
+                request.sink.publish_chunk(
+                    AudioChunk(
+                        samples=samples,
+                        start_sample=request.samples_emitted,
+                        input_positions=positions,
+                        first=first,
+                        sample_rate_hz=runner.timing.sample_rate_hz,
+                    )
+                )
+                if first:
+                    request.timings.first_audio_s = t
+                request.samples_emitted += int(samples.size)
+                request.timings.audio_samples = request.samples_emitted
+                request.timings.chunks += 1
+                self._counters.audio_samples += int(samples.size)
+            request.frames_emitted = job.end_frame
+            request.ready_since_s = None
+            if job.last:
+                self._end(request, FinishReason.COMPLETED, None)
+
+    # ------------------------------------------------------------------ endings
+
+    def _batch_ok(self) -> None:
+        self._consecutive_failures = 0
+
+    def _fail_batch(self, module: str, requests: Sequence[Request], exc: BaseException) -> None:
+        logger.exception(
+            "%s batch of %d failed (requests %s)", module, len(requests), [r.request_id for r in requests][:8],
+            exc_info=exc,
+        )
+        self._counters.failed_batches += 1
+        for request in requests:
+            if request.status is Status.DONE:
+                continue
+            err = RequestFailed(f"{module} failed: {exc!r}", request_id=request.request_id, module=module, cause=exc)
+            self._end(request, FinishReason.ERROR, err)
+        self._consecutive_failures += 1
+        if self._consecutive_failures >= self.config.max_consecutive_failures:
+            raise _TooManyFailures(f"{self._consecutive_failures} batches failed in a row; last: {exc!r}") from exc
+
+    def _end(self, request: Request, reason: FinishReason, error: BaseException | None) -> None:
+        """Take a request out of the engine and deliver its final event (engine thread)."""
+        if request.status is Status.DONE:
+            return
+        slot = request.slot
+        self.pool.remove(request)
+        if slot >= 0:
+            self.runners[request.voice].release(slot)
+        request.timings.finished_s = now_s()
+        request.failed = error
+        with self._cond:
+            self._live.pop(request.request_id, None)
+        self.gate.release()
+        c = self._counters
+        if reason is FinishReason.COMPLETED:
+            c.requests_completed += 1
+        elif reason is FinishReason.CANCELLED:
+            c.requests_cancelled += 1
+        else:
+            c.requests_failed += 1
+        try:
+            request.sink.finish(reason, error, request.timings)
+        finally:
+            self.observer.on_request_done(request.request_id, reason, request.timings)
+
+    def _shutdown(self) -> None:
+        """Loop left by stop/drain: whatever is still live ends with EngineStopped."""
+        with self._cond:
+            self._take_inbox_locked()
+            leftover = list(self._live.values())
+        for request in leftover:
+            self._end(request, FinishReason.ERROR, EngineStopped("engine stopped", request_id=request.request_id))
+        with self._cond:
+            self._state = _State.STOPPED
+
+    def _die(self, exc: BaseException) -> None:
+        """The loop raised: mark the engine dead and fail every live stream with EngineDead at once."""
+        logger.critical("engine loop died: %r", exc, exc_info=exc)
+        with self._cond:
+            self.death = exc
+            self._state = _State.DEAD
+            leftover = list(self._live.values())
+            self._live.clear()
+            self._inbox.clear()
+            self._cancels.clear()
+        for request in leftover:
+            request.timings.finished_s = now_s()
+            self.gate.release()
+            self._counters.requests_failed += 1
+            err = EngineDead(f"engine loop died: {exc!r}", request_id=request.request_id)
+            err.__cause__ = exc if isinstance(exc, Exception) else None
+            try:
+                request.sink.finish(FinishReason.ERROR, err, request.timings)
+            except Exception:  # noqa: BLE001 - keep telling the others
+                logger.exception("request %s: could not deliver EngineDead", request.request_id)
+
+
+__all__ = ["EngineCore", "Health", "StreamSink", "validate_request", "EngineError"]

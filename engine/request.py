@@ -1,0 +1,163 @@
+"""Request types: the immutable input, the per-request engine state, and the events a stream delivers."""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+def now_s() -> float:
+    """The engine's clock (monotonic seconds, `time.perf_counter`): every timestamp below uses it."""
+    return time.perf_counter()
+
+
+@dataclass(frozen=True)
+class SynthesisOptions:
+    """Per-request knobs; None means the engine's configured value."""
+
+    first_chunk_frames: int | None = None  # mel frames in the first audio chunk
+    chunk_frames: int | None = None  # mel frames in later chunks
+    streaming: bool = True  # False: never urgent (batch/prompt synthesis may wait for bigger batches)
+
+
+@dataclass(frozen=True)
+class SynthesisRequest:
+    """One segment of one call: symbol ids for one voice. `voice=""` means the engine's first voice."""
+
+    request_id: str
+    ids: tuple[int, ...]
+    voice: str = ""
+    seed: int = 0
+    options: SynthesisOptions = field(default_factory=SynthesisOptions)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ids", tuple(int(i) for i in self.ids))
+
+
+class FinishReason(str, enum.Enum):
+    """Why a stream ended."""
+
+    COMPLETED = "completed"  # all audio delivered
+    CANCELLED = "cancelled"  # cancel(request_id) or the stream was closed
+    ERROR = "error"  # see Finished.error
+
+
+@dataclass
+class RequestTimings:
+    """Timestamps on the engine clock (`now_s`, seconds) plus counts; None until the event happens."""
+
+    submitted_s: float
+    admitted_s: float | None = None  # got a slot
+    encoded_s: float | None = None  # encoder done, decoding starts
+    first_audio_s: float | None = None  # first chunk published
+    finished_s: float | None = None
+    audio_samples: int = 0
+    chunks: int = 0
+    decoder_steps: int = 0
+
+    @property
+    def ttfa_ms(self) -> float | None:
+        """Submit → first audio published, in ms."""
+        if self.first_audio_s is None:
+            return None
+        return (self.first_audio_s - self.submitted_s) * 1000.0
+
+    @property
+    def queue_ms(self) -> float | None:
+        """Submit → slot, in ms."""
+        if self.admitted_s is None:
+            return None
+        return (self.admitted_s - self.submitted_s) * 1000.0
+
+    @property
+    def total_ms(self) -> float | None:
+        """Submit → finished, in ms."""
+        if self.finished_s is None:
+            return None
+        return (self.finished_s - self.submitted_s) * 1000.0
+
+    def copy(self) -> "RequestTimings":
+        """A snapshot (the engine keeps writing its own copy)."""
+        return RequestTimings(**self.__dict__)
+
+
+@dataclass(frozen=True)
+class AudioChunk:
+    """Audio for a run of mel frames: float32 samples [N] at the voice's rate, starting at `start_sample`.
+
+    `input_positions` [steps] holds, for each decoder step whose frames are in this chunk, the attention
+    peak: the index into the request's ids the decoder was reading (what part of the text was spoken).
+    """
+
+    samples: np.ndarray
+    start_sample: int
+    input_positions: np.ndarray
+    first: bool
+    sample_rate_hz: int
+
+    @property
+    def duration_s(self) -> float:
+        """Length of this chunk in seconds."""
+        return len(self.samples) / float(self.sample_rate_hz)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The last event of a stream."""
+
+    reason: FinishReason
+    error: BaseException | None
+    timings: RequestTimings
+
+
+class Status(enum.Enum):
+    """Where a request is in its life inside the engine."""
+
+    WAITING = "waiting"  # submitted, no slot yet
+    ENCODING = "encoding"  # has a slot, encoder not run yet
+    DECODING = "decoding"  # decoder running; chunks vocoded as they become ready
+    DRAINING = "draining"  # decoder finished; remaining chunks to vocode
+    DONE = "done"
+
+
+@dataclass(eq=False)
+class Request:
+    """Mutable engine-side state of one request (owned by the engine thread; `cancelled` is set from anywhere).
+
+    Frame cursors (mel frames, 0-based): `frames_decoded` ≥ `frames_decided` ≥ `frames_emitted`.
+    `frames_decided` = frames certainly part of the final utterance (up to the last frame that the trailing
+    trim cannot remove); `end_frame` is set when decoding finished (the trimmed length).
+    """
+
+    spec: SynthesisRequest
+    voice: str
+    sink: Any  # engine.output.StreamSink (publish target)
+    timings: RequestTimings
+    first_chunk_frames: int
+    chunk_frames: int
+    status: Status = Status.WAITING
+    slot: int = -1
+    frames_decoded: int = 0
+    frames_decided: int = 0
+    frames_emitted: int = 0
+    end_frame: int | None = None
+    peaks: list[int] = field(default_factory=list)  # attention peak per decoder step
+    samples_emitted: int = 0
+    ready_since_s: float | None = None  # when the pending chunk became vocodable (for the wait bound)
+    paused_since_s: float | None = None  # when the consumer's unread audio went over the bound
+    cancelled: bool = False
+    failed: BaseException | None = None
+
+    @property
+    def request_id(self) -> str:
+        """The caller's id."""
+        return self.spec.request_id
+
+    @property
+    def emitted_any(self) -> bool:
+        """True once the first chunk went out."""
+        return self.frames_emitted > 0

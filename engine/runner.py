@@ -1,0 +1,306 @@
+"""TorchRunner: one voice's Tacotron2 + vocoder over preallocated slot tensors, one batched call per module."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from engine.batching import bucket_up, pad_ids, reflect_extend
+from engine.config import EngineConfig
+from engine.errors import InvalidRequest
+from engine.modules import DecodeRows, VocodeJob
+from engine.scheduler import VoiceTiming
+from models.tacotron2 import DecodeOutput, DecoderState, Tacotron2, Tacotron2InputError
+from models.vocoder_stream import StreamJoiner, mel_window, vocode_windows
+
+if TYPE_CHECKING:
+    from models.voices.bundle import Voice
+
+logger = logging.getLogger(__name__)
+
+# DecoderState fields decode() changes; memory, keys, lengths and seed are read-only while decoding
+_MUTABLE = ("last_frame", "context", "attn", "attn_cum", "att_h", "att_c", "dec_h", "dec_c", "peak", "step", "finished")
+_TIME = ("memory", "keys", "attn", "attn_cum")  # fields with an input-position axis (dim 1)
+
+
+class TorchRunner:
+    """Runs one voice for the engine thread (implements engine.modules.ModuleRunner).
+
+    Per slot it keeps: a row of the batched DecoderState (allocated once for `max_slots` rows), the mel
+    decoded so far (mel_before [slots, F, M], zero past the last decoded frame), the postnet output computed so
+    far (mel_after, exact frames only), and the vocoder StreamJoiner that cross-fades chunk seams.
+
+    Exactness: the scheduler only asks for a chunk [s, s+T) once R (vocoder look-ahead) decided frames and the
+    postnet context past them exist, so every mel_after frame is computed once with all the context the
+    whole-utterance postnet would see, and every vocoder window is the one `models.vocoder_stream` defines.
+    """
+
+    def __init__(self, name: str, voice: "Voice", config: EngineConfig) -> None:
+        self.voice = name
+        self.bundle = voice  # the loaded models (baselines build their own runners from it)
+        self.config = config
+        self.device = torch.device(config.device)
+        acoustic: Tacotron2 = voice.acoustic
+        vocoder = voice.vocoder
+        if self.device.type == "cuda" and config.dtype != "float32":
+            dt = getattr(torch, config.dtype)
+            acoustic = acoustic.to(dt)
+            vocoder = vocoder.to(dt)
+        self.acoustic = acoustic.to(self.device).eval()
+        self.vocoder = vocoder.to(self.device).eval()
+        self.spec = voice.stream_spec
+        c = self.acoustic.config
+        self.r = c.reduction_factor
+        self.n_mels = c.n_mels
+        self.ctx = self.acoustic.postnet_context_frames
+        self.timing = VoiceTiming(
+            sample_rate_hz=int(self.spec.sample_rate_hz),
+            hop_samples=int(self.spec.hop_samples),
+            reduction_factor=self.r,
+            vocoder_lookahead_frames=int(self.spec.right_context_frames),
+            postnet_lookahead_frames=self.ctx,
+        )
+        self.n_symbols = c.n_symbols
+        self.max_input_len = c.max_input_len
+        self.trim_abs_sum = c.trim_abs_sum
+        self.state_dtype = self.acoustic.embedding.weight.dtype
+        self.vocoder_dtype = next(self.vocoder.parameters()).dtype
+        cap = config.max_slots
+        steps_cap = c.max_decoder_steps + config.decode_steps_per_iteration
+        self.max_frames = steps_cap * self.r + self.ctx + self.spec.right_context_frames + config.max_chunk_frames
+        with torch.inference_mode():
+            self.state = DecoderState.allocate(c, cap, c.max_input_len, device=self.device, dtype=self.state_dtype)
+            self.mel = torch.zeros(cap, self.max_frames, self.n_mels, device=self.device, dtype=self.state_dtype)
+            self.mel_after = torch.zeros(cap, self.max_frames, self.n_mels, device=self.device, dtype=self.state_dtype)
+        self.decoded = np.zeros(cap, np.int64)  # mel frames decoded per slot
+        self.after_ready = np.zeros(cap, np.int64)  # mel_after frames computed per slot
+        self.lengths = np.zeros(cap, np.int64)  # input ids per slot
+        self.row_finished = np.ones(cap, bool)  # host mirror of state.finished (free and drained rows: True)
+        self.joiners: dict[int, StreamJoiner] = {}
+        self.graphs = None
+        if self.device.type == "cuda" and config.cuda_graphs:
+            from engine.cuda_graphs import CudaGraphs
+
+            self.graphs = CudaGraphs(self, config)
+        logger.info(
+            "voice %s: %d slots, r=%d, hop=%d at %d Hz, look-ahead R=%d + postnet %d frames, state %s on %s",
+            name, cap, self.r, self.timing.hop_samples, self.timing.sample_rate_hz,
+            self.timing.vocoder_lookahead_frames, self.ctx, self.state_dtype, self.device,
+        )
+
+    # ------------------------------------------------------------------ encode
+
+    def encode(self, slots: Sequence[int], ids: Sequence[Sequence[int]], seeds: Sequence[int]) -> None:
+        """Encoder over the new requests (ids padded to the longest), initial decoder state into their slots."""
+        with torch.inference_mode():
+            ids_t, lengths_t = pad_ids(ids)
+            try:
+                enc = self.acoustic.encode(ids_t.to(self.device), lengths_t.to(self.device))
+            except Tacotron2InputError as exc:
+                raise InvalidRequest(str(exc)) from exc
+            fresh = self.acoustic.new_state(enc, torch.tensor(list(seeds), dtype=torch.long))
+            rows = torch.tensor(list(slots), dtype=torch.long, device=self.device)
+            self.state.index_copy_(rows, fresh)
+            self.mel.index_fill_(0, rows, 0)
+            self.mel_after.index_fill_(0, rows, 0)
+        for slot, row in zip(slots, ids):
+            self.decoded[slot] = 0
+            self.after_ready[slot] = 0
+            self.lengths[slot] = len(row)
+            self.row_finished[slot] = False
+            self.joiners[slot] = StreamJoiner(self.spec)
+
+    # ------------------------------------------------------------------ decode
+
+    def _span(self, slots: Sequence[int]) -> list[int]:
+        """Slots to decode: the contiguous range covering `slots` when the rows in its gaps are finished (they
+        produce nothing and keep their state) and few, so the batch is a zero-copy view of the slab; else slots."""
+        lo, hi = slots[0], slots[-1] + 1
+        gaps = (hi - lo) - len(slots)
+        if gaps == 0 or list(slots) != sorted(slots) or gaps > max(2, len(slots) // 4):
+            return list(slots)
+        inside = set(slots)
+        if all(self.row_finished[s] for s in range(lo, hi) if s not in inside):
+            return list(range(lo, hi))
+        return list(slots)
+
+    def _gather(self, slots: Sequence[int]) -> tuple[DecoderState, slice | torch.Tensor, int]:
+        """Rows of the slab as a DecoderState cropped to their longest input: views when contiguous."""
+        t = max(1, int(self.lengths[list(slots)].max()))
+        lo = slots[0]
+        if list(slots) == list(range(lo, lo + len(slots))):
+            sl = slice(lo, lo + len(slots))
+            values = {}
+            for name in DecoderState.__dataclass_fields__:
+                src = getattr(self.state, name)
+                values[name] = src[sl, :t] if name in _TIME else src[sl]
+            return DecoderState(**values), sl, t
+        rows = torch.tensor(list(slots), dtype=torch.long, device=self.device)
+        return self.state.index_select(rows), rows, t
+
+    def _scatter(self, where: slice | torch.Tensor, sub: DecoderState, t: int) -> None:
+        """Write the fields decode() changed back into the slab."""
+        for name in _MUTABLE:
+            dst, val = getattr(self.state, name), getattr(sub, name)
+            if isinstance(where, slice):
+                target = dst[where, :t] if name in _TIME else dst[where]
+                if target.data_ptr() != val.data_ptr():
+                    target.copy_(val)
+            elif name in _TIME:
+                dst[:, :t].index_copy_(0, where, val)
+            else:
+                dst.index_copy_(0, where, val)
+
+    def decode(self, slots: Sequence[int], steps: int, dropout: bool) -> DecodeRows:
+        """One batched decoder call of `steps` steps over these slots; appends their mel frames."""
+        with torch.inference_mode():
+            if self.graphs is not None and self.graphs.can_decode(len(slots), steps, dropout):
+                out = self.graphs.decode(slots, steps)
+            else:
+                span = self._span(slots)
+                sub, where, t = self._gather(span)
+                out = self.acoustic.decode(sub, steps, dropout=dropout)
+                self._scatter(where, sub, t)
+                if len(span) != len(slots):  # keep the requested rows of the span
+                    pick = torch.tensor([s - span[0] for s in slots], dtype=torch.long, device=self.device)
+                    out = DecodeOutput(*(getattr(out, f).index_select(0, pick) for f in DecodeOutput.__dataclass_fields__))
+            b = len(slots)
+            n_frames = steps * self.r
+            rows = torch.tensor(list(slots), dtype=torch.long, device=self.device)
+            start = torch.from_numpy(self.decoded[list(slots)]).to(self.device)
+            cols = start.unsqueeze(1) + torch.arange(n_frames, device=self.device).unsqueeze(0)
+            self.mel[rows.unsqueeze(1), cols] = out.frames.to(self.state_dtype)  # zero past each row's stop
+            loud = out.frames.abs().sum(-1) >= self.trim_abs_sum  # [B, steps·r], as Tacotron2.trailing_trim_frames
+            host = torch.cat(
+                [out.peak, out.n_steps.unsqueeze(1), out.finished.long().unsqueeze(1), out.truncated.long().unsqueeze(1), loud.long()],
+                dim=1,
+            ).cpu().numpy()
+        peaks = host[:, :steps]
+        n_steps = host[:, steps]
+        finished = host[:, steps + 1].astype(bool)
+        truncated = host[:, steps + 2].astype(bool)
+        loud_h = host[:, steps + 3:].astype(bool)
+        self.decoded[list(slots)] += n_steps * self.r
+        self.row_finished[list(slots)] = finished
+        if truncated.any():
+            logger.warning("voice %s: %d row(s) hit max_decoder_steps without a stop token", self.voice, int(truncated.sum()))
+        return DecodeRows(peaks=peaks, loud=loud_h.reshape(b, n_frames), valid_steps=n_steps, finished=finished)
+
+    # ------------------------------------------------------------------ postnet + vocoder
+
+    def _postnet(self, jobs: Sequence[VocodeJob]) -> None:
+        """Bring each job's mel_after up to the frames its window reads (one batched postnet call)."""
+        R = self.timing.vocoder_lookahead_frames
+        todo: list[tuple[int, int, int, int]] = []  # slot, input start, first new frame, end
+        for job in jobs:
+            need = job.utterance_frames if job.utterance_frames is not None else job.end_frame + R
+            have = int(self.after_ready[job.slot])
+            if need > have:
+                todo.append((job.slot, max(0, have - self.ctx), have, need))
+        if not todo:
+            return
+        width = bucket_up(max(end + self.ctx - lo for _, lo, _, end in todo), self.config.window_bucket_frames)
+        batch = torch.zeros(len(todo), width, self.n_mels, device=self.device, dtype=self.state_dtype)
+        for i, (slot, lo, _, end) in enumerate(todo):
+            hi = min(end + self.ctx, self.max_frames)
+            batch[i, : hi - lo] = self.mel[slot, lo:hi]  # frames past the decoded end are zeros, as whole-utterance
+        after = self.acoustic.postnet(batch)
+        for i, (slot, lo, first, end) in enumerate(todo):
+            self.mel_after[slot, first:end] = after[i, first - lo : end - lo]
+            self.after_ready[slot] = end
+
+    def vocode(self, jobs: Sequence[VocodeJob]) -> list[np.ndarray]:
+        """Postnet + vocoder for each job's frames: one postnet call, one vocoder call per window-edge group."""
+        out: list[np.ndarray | None] = [None] * len(jobs)
+        live = [i for i, j in enumerate(jobs) if j.end_frame > j.start_frame]
+        for i, job in enumerate(jobs):
+            if i not in live:
+                out[i] = np.zeros(0, np.float32)
+                if job.last:
+                    self.joiners.pop(job.slot, None)
+        if not live:
+            return out  # type: ignore[return-value]
+        spec = self.spec
+        hop = spec.hop_samples
+        with torch.inference_mode():
+            self._postnet([jobs[i] for i in live])
+            centre = bucket_up(max(jobs[i].end_frame - jobs[i].start_frame for i in live), self.config.window_bucket_frames)
+            windows, pads_l, pads_r = [], [], []
+            for i in live:
+                job = jobs[i]
+                t = job.end_frame - job.start_frame
+                if job.utterance_frames is not None:  # the stream ended: reflect past its end, pads marked
+                    mel = self.mel_after[job.slot, : job.utterance_frames]
+                    win = mel_window(mel, job.start_frame, centre, spec, stream_ended=True)
+                    frames = win.frames
+                else:  # running stream: exact window for the real centre, widened past R by reflection
+                    mel = self.mel_after[job.slot, : int(self.after_ready[job.slot])]
+                    win = mel_window(mel, job.start_frame, t, spec, stream_ended=False)
+                    frames = reflect_extend(win.frames, centre - t)
+                windows.append(frames)
+                pads_l.append(win.left_pad_frames)
+                pads_r.append(win.right_pad_frames)
+            batch = torch.stack(windows).to(self.vocoder_dtype)
+            vocoder = self.graphs.vocoder if self.graphs is not None else self.vocoder
+            audio = vocode_windows(vocoder, batch, spec, pads_l, pads_r)
+            pieces = []
+            for row, i in enumerate(live):
+                job = jobs[i]
+                t = job.end_frame - job.start_frame
+                joiner = self.joiners[job.slot]
+                piece = joiner.join(audio[row, : t * hop + spec.crossfade_samples], centre_samples=t * hop, final=job.last)
+                if job.last:
+                    self.joiners.pop(job.slot, None)
+                pieces.append(piece)
+            host = torch.cat(pieces).float().cpu().numpy()
+        offset = 0
+        for row, i in enumerate(live):
+            n = (jobs[i].end_frame - jobs[i].start_frame) * hop
+            out[i] = host[offset : offset + n]
+            offset += n
+        return out  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ slots
+
+    def release(self, slot: int) -> None:
+        """Forget the slot: its state row is marked finished so a stray decode produces nothing."""
+        self.joiners.pop(slot, None)
+        with torch.inference_mode():
+            self.state.finished[slot] = True
+            self.state.lengths[slot] = 0
+        self.decoded[slot] = 0
+        self.after_ready[slot] = 0
+        self.lengths[slot] = 0
+        self.row_finished[slot] = True
+
+    def warmup(self) -> None:
+        """Encode, decode and vocode one short dummy request in slot 0 (and capture CUDA graphs)."""
+        ids = [min(i + 1, self.n_symbols - 1) for i in range(min(8, self.max_input_len))]
+        self.encode([0], [ids], [0])
+        frames_needed = self.config.first_chunk_frames + self.timing.vocoder_lookahead_frames + self.ctx
+        steps = -(-frames_needed // self.r)
+        for _ in range(steps):
+            self.decode([0], 1, self.config.prenet_dropout)
+        n = int(self.decoded[0])
+        t = min(self.config.first_chunk_frames, n)
+        if t > 0:
+            self.vocode([VocodeJob(0, 0, t, utterance_frames=n, first=True, last=True)])
+        self.release(0)
+        if self.graphs is not None:
+            self.graphs.capture()
+
+
+def build_runners(config: EngineConfig, voices: Mapping[str, "Voice"] | None = None) -> dict[str, TorchRunner]:
+    """One TorchRunner per voice; loads config.voices with load_voice when `voices` is None."""
+    if config.num_threads > 0:
+        torch.set_num_threads(config.num_threads)
+    if voices is None:
+        from models.voices.bundle import load_voice
+
+        voices = {name: load_voice(name, device=config.device, weights=config.weights) for name in config.voices}
+    if not voices:
+        raise ValueError("no voices to serve")
+    return {name: TorchRunner(name, voice, config) for name, voice in voices.items()}

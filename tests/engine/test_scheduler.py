@@ -1,0 +1,189 @@
+"""Scheduler policy: urgency, chunk readiness with look-ahead, bounded deferral of non-urgent vocoding, pool."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.config import EngineConfig
+from engine.errors import EngineOverloaded
+from engine.pool import AdmissionGate, RequestPool
+from engine.request import Request, RequestTimings, Status, SynthesisOptions, SynthesisRequest
+from engine.scheduler import Scheduler, VoiceTiming
+
+# 1 frame = 10 ms: sample rate 1000 Hz, hop 10
+TIMING = VoiceTiming(sample_rate_hz=1000, hop_samples=10, reduction_factor=2, vocoder_lookahead_frames=4,
+                     postnet_lookahead_frames=3)
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.unread = 0.0
+
+    @property
+    def unread_ms(self) -> float:
+        return self.unread
+
+
+def req(rid: str, t: float = 0.0, streaming: bool = True) -> Request:
+    spec = SynthesisRequest(rid, [1, 2], options=SynthesisOptions(streaming=streaming))
+    return Request(spec=spec, voice="v", sink=Sink(), timings=RequestTimings(submitted_s=t), first_chunk_frames=16,
+                   chunk_frames=24)
+
+
+def setup(n: int, **cfg) -> tuple[Scheduler, RequestPool, list[Request]]:
+    config = EngineConfig(voices=("v",), max_slots=8, **cfg)
+    pool = RequestPool(config.max_slots)
+    requests = [req(f"r{i}", t=i * 0.001) for i in range(n)]
+    for r in requests:
+        pool.enqueue(r)
+    pool.admit()
+    return Scheduler(config, {"v": TIMING}, unread_ms=lambda r: r.sink.unread_ms), pool, requests
+
+
+def decoding(r: Request, decoded: int, decided: int | None = None, emitted: int = 0) -> None:
+    r.status = Status.DECODING
+    r.frames_decoded = decoded
+    r.frames_decided = decoded if decided is None else decided
+    r.frames_emitted = emitted
+
+
+def test_no_audio_yet_is_urgent_then_buffer_rule() -> None:
+    sched, pool, (r,) = setup(1, urgency_margin_ms=100.0)
+    assert sched.is_urgent(r, now=10.0)
+    r.frames_emitted = 16
+    r.samples_emitted = 2000  # 2 s of audio sent
+    r.timings.first_audio_s = 10.0
+    # buffer = 2 s − elapsed; urgent below one chunk (0.24 s) + margin (0.1 s)
+    assert not sched.is_urgent(r, now=11.0)  # 1.0 s buffered
+    assert not sched.is_urgent(r, now=11.65)  # 0.35 s buffered
+    assert sched.is_urgent(r, now=11.67)  # 0.33 s buffered
+    assert sched.urgent_at(r) == pytest.approx(10.0 + 2.0 - 0.34)
+    assert not sched.is_urgent(req("batch", streaming=False), now=0.0)
+
+
+def test_chunk_needs_lookahead_before_it_is_ready() -> None:
+    sched, _, (r,) = setup(1)
+    decoding(r, decoded=16 + 4 + 3 - 1)
+    assert sched.ready_chunk(r) is None  # one frame short of R + postnet context
+    decoding(r, decoded=16 + 4 + 3)
+    job = sched.ready_chunk(r)
+    assert (job.start_frame, job.end_frame, job.last) == (0, 16, False)
+    # frames that the trailing trim could still remove do not count as decided
+    decoding(r, decoded=40, decided=16 + 4 - 1)
+    assert sched.ready_chunk(r) is None
+    # later chunks: up to max_chunk_frames of what is available
+    decoding(r, decoded=200, emitted=16)
+    job = sched.ready_chunk(r)
+    assert (job.start_frame, job.end_frame) == (16, 16 + 48)
+    decoding(r, decoded=16 + 23 + 7, emitted=16)
+    assert sched.ready_chunk(r) is None  # 23 < chunk_frames available
+
+
+def test_finished_request_sends_the_rest_and_a_flush() -> None:
+    sched, _, (r,) = setup(1)
+    decoding(r, decoded=30, emitted=16)
+    r.status, r.end_frame = Status.DRAINING, 28
+    job = sched.ready_chunk(r)
+    assert (job.start_frame, job.end_frame, job.last) == (16, 28, True)
+    r.frames_emitted = 28
+    job = sched.ready_chunk(r)
+    assert (job.start_frame, job.end_frame, job.last) == (28, 28, True)  # empty flush ends the stream
+    # a short utterance whose first chunk would leave a sliver goes out whole
+    sched, _, (s,) = setup(1)
+    decoding(s, decoded=26)
+    s.status, s.end_frame = Status.DRAINING, 26
+    assert sched.ready_chunk(s).end_frame == 26
+
+
+def test_non_urgent_chunks_wait_for_a_batch_but_not_forever() -> None:
+    sched, pool, rs = setup(3, min_vocode_batch=3, max_vocode_wait_ms=50.0, urgency_margin_ms=0.0)
+    now = 100.0
+    for r in rs[:2]:
+        decoding(r, decoded=200, emitted=16)
+        r.samples_emitted = 5000  # 5 s buffered: not urgent
+        r.timings.first_audio_s = now
+    decoding(rs[2], decoded=10)  # still decoding, nothing ready
+    plan = sched.pick_chunks(pool, now, decoder_busy=True)
+    assert plan.empty and plan.deferred_chunks == 2 and plan.wake_at_s == pytest.approx(now + 0.05)
+    plan = sched.pick_chunks(pool, now + 0.051, decoder_busy=True)
+    assert sum(len(v) for v in plan.vocode.values()) == 2  # the wait bound expired
+    for r in rs[:2]:
+        r.ready_since_s = None
+    # nothing else decoding: no reason to wait
+    plan = sched.pick_chunks(pool, now, decoder_busy=False)
+    assert sum(len(v) for v in plan.vocode.values()) == 2
+
+
+def test_urgent_chunk_takes_waiting_ones_along() -> None:
+    sched, pool, rs = setup(3, min_vocode_batch=8, max_vocode_batch=2)
+    now = 50.0
+    for r in rs[:2]:
+        decoding(r, decoded=200, emitted=16)
+        r.samples_emitted = 50_000
+        r.timings.first_audio_s = now
+    decoding(rs[2], decoded=40)  # first chunk ready: urgent
+    plan = sched.pick_chunks(pool, now, decoder_busy=True)
+    jobs = plan.vocode["v"]
+    assert jobs[0].request is rs[2] and len(jobs) == 2  # urgent first, one rides along, cap 2
+    assert plan.deferred_chunks == 1
+
+
+def test_decode_cap_prefers_urgent_rows() -> None:
+    sched, pool, rs = setup(4, max_decode_batch=2)
+    now = 10.0
+    for r in rs:
+        decoding(r, decoded=100, emitted=16)
+        r.samples_emitted = 10_000
+        r.timings.first_audio_s = now
+    rs[3].samples_emitted = 100  # nearly drained buffer
+    rs[3].frames_emitted = 0
+    rs[3].timings.first_audio_s = None  # no audio yet: urgent
+    plan = sched.plan(pool, now)
+    assert plan.skipped_decode == 2
+    assert rs[3] in plan.decode["v"]
+    assert plan.urgent >= 1
+
+
+def test_encode_is_bounded_per_iteration() -> None:
+    sched, pool, rs = setup(6, max_encode_per_iteration=2)
+    plan = sched.plan(pool, 1.0)
+    assert [r.request_id for r in plan.encode["v"]] == ["r0", "r1"]
+
+
+def test_unread_audio_pauses_and_then_stalls() -> None:
+    sched, pool, (r,) = setup(1, max_unread_audio_ms=100.0, stalled_consumer_timeout_ms=1000.0)
+    decoding(r, decoded=100)
+    r.sink.unread = 150.0
+    plan = sched.plan(pool, 5.0)
+    assert plan.paused == 1 and not plan.decode and plan.wake_at_s is not None
+    assert sched.pick_chunks(pool, 5.0, decoder_busy=False).empty
+    plan = sched.plan(pool, 6.01)
+    assert plan.stalled == [r]
+    r.sink.unread = 0.0
+    plan = sched.plan(pool, 6.02)
+    assert plan.decode["v"] == [r] and r.paused_since_s is None
+
+
+def test_pool_slots_and_waiting_queue() -> None:
+    pool = RequestPool(2)
+    rs = [req(f"p{i}") for i in range(3)]
+    for r in rs:
+        pool.enqueue(r)
+    admitted = pool.admit()
+    assert [r.slot for r in admitted] == [0, 1] and pool.num_waiting == 1
+    pool.remove(rs[0])
+    assert rs[0].status is Status.DONE and pool.num_free == 1
+    assert pool.admit() == [rs[2]] and rs[2].slot == 0  # lowest free slot first
+    with pytest.raises(ValueError):
+        pool.enqueue(req("p1"))
+
+
+def test_admission_gate_limits_live_requests() -> None:
+    gate = AdmissionGate(2)
+    gate.acquire("a")
+    gate.acquire("b")
+    with pytest.raises(EngineOverloaded):
+        gate.acquire("c")
+    gate.release()
+    gate.acquire("c")
+    assert gate.count == 2
