@@ -76,8 +76,6 @@ class VoiceConfig:
 
     default: str = "baker-zh"
     auto_install: bool = True  # install the default voice on first start when missing
-    weights: str = "int8"  # fp32 | int8 | bf16 (CPU fast path; fp32 or bf16 on CUDA)
-    device: str = "cpu"  # cpu | cuda | cuda:N
 
 
 @dataclass
@@ -108,7 +106,7 @@ class ServiceConfig:
     voice: VoiceConfig = field(default_factory=VoiceConfig)
     frontend: FrontendConfig = field(default_factory=FrontendConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
-    engine: dict[str, Any] = field(default_factory=dict)  # passed to engine.EngineConfig.from_dict
+    engine: dict[str, Any] = field(default_factory=dict)  # engine.EngineConfig fields (device, weights, max_slots, ...)
 
 
 def _coerce(value: Any, typ: Any, where: str) -> Any:
@@ -217,7 +215,11 @@ def validate(cfg: ServiceConfig) -> None:
         raise ConfigError("server.max_calls must be ≥ 1")
     if not 0 < cfg.server.port < 65536 and cfg.server.port != 0:
         raise ConfigError(f"server.port: {cfg.server.port} is not a port number")
-    if cfg.voice.weights not in ("fp32", "int8", "bf16"):
-        raise ConfigError(f"voice.weights: {cfg.voice.weights!r} is not fp32, int8 or bf16")
+    try:
+        from engine.config import EngineConfig
+
+        EngineConfig.from_dict({**cfg.engine, "voices": [cfg.voice.default]})
+    except ValueError as exc:
+        raise ConfigError(f"engine: {exc}") from None
     if cfg.limits.max_delta_chars > cfg.limits.max_buffered_chars:
         raise ConfigError("limits.max_delta_chars must not exceed limits.max_buffered_chars")

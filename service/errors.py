@@ -54,21 +54,22 @@ class Internal(ServiceError):
 
 
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """The gRPC status and client-facing message for any exception raised while serving a call."""
+    """The gRPC status and client-facing message for any exception raised while serving a call (the one table)."""
+    from engine import errors as eng
+    from models.frontend.pipeline import FrontendError
+
     if isinstance(exc, ServiceError):
         return exc.code, exc.message
-    # Engine and model errors are mapped by name so that service/ does not import torch-side modules.
-    name = type(exc).__name__
-    table = {
-        "EngineOverloaded": (grpc.StatusCode.RESOURCE_EXHAUSTED, "the synthesis engine is full; retry shortly"),
-        "EngineDead": (grpc.StatusCode.UNAVAILABLE, "the synthesis engine stopped; retry on another server"),
-        "EngineStopped": (grpc.StatusCode.UNAVAILABLE, "the server is shutting down; retry on another server"),
-        "RequestFailed": (grpc.StatusCode.INTERNAL, "synthesis failed for this segment"),
-        "RequestCancelled": (grpc.StatusCode.CANCELLED, "cancelled"),
-        "FrontendError": (grpc.StatusCode.INVALID_ARGUMENT, str(exc)),
-        "NormalizationError": (grpc.StatusCode.INVALID_ARGUMENT, str(exc)),
-        "LexiconError": (grpc.StatusCode.INVALID_ARGUMENT, str(exc)),
-        "Tacotron2InputError": (grpc.StatusCode.INVALID_ARGUMENT, str(exc)),
-        "VoiceNotFound": (grpc.StatusCode.INVALID_ARGUMENT, str(exc)),
-    }
-    return table.get(name, (grpc.StatusCode.INTERNAL, "internal error"))
+    table: list[tuple[type[BaseException], grpc.StatusCode, str | None]] = [
+        (eng.EngineOverloaded, grpc.StatusCode.RESOURCE_EXHAUSTED, "the synthesis engine is full; retry shortly"),
+        (eng.EngineDead, grpc.StatusCode.UNAVAILABLE, "the synthesis engine stopped; retry on another server"),
+        (eng.EngineStopped, grpc.StatusCode.UNAVAILABLE, "the server is shutting down; retry on another server"),
+        (eng.ConsumerStalled, grpc.StatusCode.RESOURCE_EXHAUSTED, "the client stopped reading audio"),
+        (eng.InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT, None),
+        (eng.RequestFailed, grpc.StatusCode.INTERNAL, "synthesis failed for this segment"),
+        (FrontendError, grpc.StatusCode.INVALID_ARGUMENT, None),
+    ]
+    for cls, code, message in table:
+        if isinstance(exc, cls):
+            return code, message if message is not None else str(exc)
+    return grpc.StatusCode.INTERNAL, "internal error"

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 MODEL_TYPES: dict[str, tuple[str, str]] = {
     "tacotron2": ("models.tacotron2", "Tacotron2"),
     "mb_melgan": ("models.mb_melgan", "MBMelGAN"),
-    "hifigan": ("models.hifigan", "HifiGan"),
+    "hifigan": ("models.hifigan", "HiFiGAN"),
 }
 WEIGHT_PATHS = ("fp32", "int8", "bf16")
 
@@ -98,22 +98,60 @@ def load_voice(name_or_dir: str, device: str = "cpu", weights: str = "fp32") -> 
     )
 
 
-def tiny_voice(seed: int = 0, device: str = "cpu") -> Voice:
-    """A voice of tiny random models with the real interfaces, for fast tests."""
+def tiny_voice(seed: int = 0, device: str = "cpu", decoder_steps: int = 40, n_symbols: int = 219) -> Voice:
+    """A voice of tiny random models with the real interfaces, for fast service tests.
+
+    It takes Baker ids (219 symbols), runs at 8 kHz with 12.5 ms mel frames like the real voice, and never
+    fires its stop token, so every segment lasts exactly `decoder_steps` steps (r = 2): 25 ms of audio per step.
+    """
     from models.mb_melgan import MBMelGAN, MBMelGANConfig
     from models.tacotron2 import Tacotron2, Tacotron2Config
     from models.vocoder_stream import VocoderStreamSpec
 
     torch.manual_seed(seed)
-    acoustic = Tacotron2.from_config(Tacotron2Config.tiny()).eval().to(device)
-    vocoder = MBMelGAN.from_config(MBMelGANConfig.tiny()).eval().to(device)
-    n = acoustic.config.n_symbols
+    voc_cfg = MBMelGANConfig(num_mels=8, channels=16, upsample_scales=(5, 5), stacks_per_stage=2,
+                             stack_dilations=(1, 3), subbands=4, pqmf_taps=30, sample_rate_hz=8000)
+    acoustic = Tacotron2.from_config(Tacotron2Config.tiny(
+        n_symbols=n_symbols, n_mels=voc_cfg.num_mels, max_decoder_steps=decoder_steps, max_input_len=512,
+        sample_rate_hz=voc_cfg.sample_rate_hz, hop_samples=voc_cfg.hop_samples,
+    )).eval().to(device)
+    vocoder = MBMelGAN.from_config(voc_cfg).eval().to(device)
+    with torch.no_grad():
+        acoustic.frame_projection.bias += 1.0  # loud frames: above the trailing-trim threshold
+        acoustic.stop_projection.bias.fill_(-50.0)  # never stops: fixed length per segment
     return Voice(
         name="tiny",
         acoustic=acoustic,
         vocoder=vocoder,
         stream_spec=VocoderStreamSpec.for_vocoder(vocoder),
-        sample_rate_hz=int(acoustic.config.sample_rate_hz),
-        symbols=[f"s{i}" for i in range(n)],
-        meta={"name": "tiny", "kind": "voice", "license": "test only"},
+        sample_rate_hz=voc_cfg.sample_rate_hz,
+        symbols=[f"s{i}" for i in range(n_symbols)],
+        meta={"name": "tiny", "kind": "voice", "language": "zh-CN", "license": "test only",
+              "description": "tiny random models for tests"},
     )
+
+
+def save_voice_dir(voice: Voice, dest: Path, license_note: str = "") -> Path:
+    """Write `voice` as a voice folder (voice.json + safetensors): the bring-your-own-voice format."""
+    from models.checkpoint import save_tensors, write_json
+    from models.voices.registry import VOICE_FORMAT_VERSION
+
+    types = {cls: kind for kind, (_, cls) in MODEL_TYPES.items()}
+    dest.mkdir(parents=True, exist_ok=True)
+    sections = {}
+    for role, model in (("acoustic", voice.acoustic), ("vocoder", voice.vocoder)):
+        kind = types.get(type(model).__name__)
+        if kind is None:
+            raise CheckpointError(f"cannot save a {type(model).__name__} ({role}); known: {sorted(types)}")
+        save_tensors(dest / f"{role}.safetensors",
+                     {k: v.detach().cpu().float().contiguous().numpy() for k, v in model.state_dict().items()})
+        sections[role] = {"type": kind, "config": model.config.to_dict(), "weights": f"{role}.safetensors"}
+    meta = {k: v for k, v in voice.meta.items() if k not in ("format_version", "kind", "name", "sample_rate_hz")}
+    write_json(dest / "voice.json", {
+        "format_version": VOICE_FORMAT_VERSION, "name": voice.name, "kind": "voice",
+        "sample_rate_hz": voice.sample_rate_hz, "frontend": meta.pop("frontend", "mandarin-baker"),
+        "symbols": list(voice.symbols), **meta, **sections,
+    })
+    if license_note:
+        (dest / "LICENSE-NOTE.txt").write_text(license_note + "\n", encoding="utf-8")
+    return dest

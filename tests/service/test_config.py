@@ -42,7 +42,8 @@ def test_unknown_section_from_env():
         ({"VOXPOOL__AUDIO__LEAD_MS": "900"}, "lead_ms"),
         ({"VOXPOOL__AUDIO__ENCODING": "OPUS"}, "encoding"),
         ({"VOXPOOL__SERVER__PORT": "abc"}, "server.port"),
-        ({"VOXPOOL__VOICE__WEIGHTS": "int4"}, "weights"),
+        ({"VOXPOOL__ENGINE__WEIGHTS": "int4"}, "weights"),
+        ({"VOXPOOL__ENGINE__NO_SUCH_KNOB": "1"}, "no_such_knob"),
     ],
 )
 def test_bad_values_say_what_to_change(env, msg):

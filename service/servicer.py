@@ -1,0 +1,168 @@
+"""The Tts gRPC servicer: admission, then one CallSession per stream; Synthesize, ListVoices, Normalize."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+from typing import Any, AsyncIterator
+
+import grpc
+
+from models.frontend.pipeline import FrontendError
+from protos.voxpool.v1 import tts_pb2 as pb
+from protos.voxpool.v1 import tts_pb2_grpc
+from service.admission import Admission
+from service.call import CallDeps, CallSession
+from service.errors import InvalidArgument, ServiceError, status_for
+from service.session import spans_from_proto
+
+log = logging.getLogger(__name__)
+_ids = itertools.count(1)
+
+
+def _session_id() -> str:
+    return f"{os.getpid():x}-{next(_ids)}"
+
+
+async def _abort(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
+    code, message = status_for(exc)
+    if isinstance(exc, ServiceError) and exc.retry_after_ms is not None:
+        context.set_trailing_metadata((("grpc-retry-pushback-ms", str(exc.retry_after_ms)),))
+    await context.abort(code, message)
+
+
+class TtsServicer(tts_pb2_grpc.TtsServicer):
+    """Thin edge: every call gets an admission slot before any work, and one status mapping on the way out."""
+
+    def __init__(self, deps: CallDeps, admission: Admission):
+        self.deps = deps
+        self.admission = admission
+        self.calls: set[CallSession] = set()
+
+    async def _serve(self, context: grpc.aio.ServicerContext, session: CallSession,
+                     events: AsyncIterator[pb.ClientEvent]) -> None:
+        self.calls.add(session)
+        try:
+            await session.run(events)
+        except asyncio.CancelledError:
+            log.info("call %s cancelled by the client or its deadline", session.session_id)
+            raise
+        except Exception as exc:  # every failure ends with a status from the one table
+            code, _ = status_for(exc)
+            if code == grpc.StatusCode.INTERNAL:
+                log.exception("call %s failed", session.session_id)
+            else:
+                log.info("call %s ended: %s %s", session.session_id, code.name, exc)
+            await _abort(context, exc)
+        finally:
+            self.calls.discard(session)
+
+    async def Converse(self, request_iterator: AsyncIterator[pb.ClientEvent], context: grpc.aio.ServicerContext) -> None:
+        try:
+            slot = self.admission.acquire()
+        except ServiceError as exc:
+            # NOTE: give the client's first write a moment to land before the trailers: Python aio clients
+            # that are still writing when the call ends report INTERNAL instead of our status.
+            try:
+                await asyncio.wait_for(request_iterator.__aiter__().__anext__(), timeout=0.02)
+            except (asyncio.TimeoutError, StopAsyncIteration, grpc.RpcError):
+                pass
+            await _abort(context, exc)
+            return
+        try:
+            session = CallSession(self.deps, context, _session_id(), default_pacing="REALTIME")
+            await self._serve(context, session, request_iterator.__aiter__())
+        finally:
+            slot.release()
+
+    async def Synthesize(self, request: pb.SynthesizeRequest, context: grpc.aio.ServicerContext) -> None:
+        try:
+            slot = self.admission.acquire()
+        except ServiceError as exc:
+            await _abort(context, exc)
+            return
+        try:
+            limit = self.deps.cfg.limits.max_synthesize_chars
+            if not request.text.strip():
+                await _abort(context, InvalidArgument("text is empty; send the text to speak"))
+                return
+            if len(request.text) > limit:
+                await _abort(context, InvalidArgument(
+                    f"text has {len(request.text)} characters; at most {limit} per Synthesize (use Converse for more)"))
+                return
+            try:
+                spans_from_proto(request.spans, len(request.text))
+            except InvalidArgument as exc:
+                await _abort(context, exc)
+                return
+            config = pb.SessionConfig(voice=request.voice, audio=request.audio, pacing=request.pacing,
+                                      preroll_ms=request.preroll_ms, language=request.language,
+                                      normalization=request.normalization)
+            config.lexicon.update(dict(request.lexicon))
+            if request.HasField("seed"):
+                config.seed = request.seed
+            events = [
+                pb.ClientEvent(config=config),
+                pb.ClientEvent(text=pb.TextDelta(text=request.text, turn_id="synthesize", spans=request.spans)),
+                pb.ClientEvent(flush=pb.Flush(turn_id="synthesize")),
+                pb.ClientEvent(end=pb.End()),
+            ]
+
+            async def feed() -> AsyncIterator[pb.ClientEvent]:
+                for e in events:
+                    yield e
+
+            session = CallSession(self.deps, context, _session_id(), default_pacing="ASAP", max_delta_chars=limit)
+            await self._serve(context, session, feed())
+        finally:
+            slot.release()
+
+    async def ListVoices(self, request: pb.ListVoicesRequest, context: grpc.aio.ServicerContext) -> pb.ListVoicesResponse:
+        out = pb.ListVoicesResponse()
+        for v in sorted(self.deps.voices.values(), key=lambda v: v.name):
+            if request.language and not v.language.lower().startswith(request.language.lower()):
+                continue
+            out.voices.append(pb.Voice(name=v.name, language=v.language, sample_rate_hz=v.sample_rate_hz,
+                                       license=v.license, description=v.description, is_default=v.is_default))
+        return out
+
+    async def Normalize(self, request: pb.NormalizeRequest, context: grpc.aio.ServicerContext) -> pb.NormalizeResponse:
+        limit = self.deps.cfg.limits.max_synthesize_chars
+        if len(request.text) > limit:
+            await _abort(context, InvalidArgument(f"text has {len(request.text)} characters; at most {limit}"))
+        voice = request.voice or next((v.name for v in self.deps.voices.values() if v.is_default), "")
+        if voice not in self.deps.voices:
+            await _abort(context, InvalidArgument(
+                f"unknown voice {request.voice!r}; available voices: {', '.join(sorted(self.deps.voices))}"))
+        try:
+            spans = spans_from_proto(request.spans, len(request.text))
+        except InvalidArgument as exc:
+            await _abort(context, exc)
+            raise
+        loop = asyncio.get_running_loop()
+        try:
+            result = await loop.run_in_executor(
+                self.deps.executor,
+                lambda: self.deps.frontend.to_ids(request.text, spans, dict(request.lexicon) or None),
+            )
+        except FrontendError as exc:
+            await _abort(context, InvalidArgument(str(exc)))
+            raise
+        return pb.NormalizeResponse(normalized_text=result.normalized.text, pinyin=list(result.pinyin),
+                                    ids=list(result.ids), voice=voice)
+
+
+def voice_entries(engine_voices: dict[str, Any], default: str) -> dict:
+    """VoiceEntry per loaded voice (from models.voices.bundle.Voice objects)."""
+    from service.session import VoiceEntry
+
+    out = {}
+    for name, v in engine_voices.items():
+        meta = getattr(v, "meta", {}) or {}
+        out[name] = VoiceEntry(
+            name=name, language=meta.get("language", "zh-CN"), sample_rate_hz=int(v.sample_rate_hz),
+            license=meta.get("license", ""), description=meta.get("description", ""), is_default=name == default,
+        )
+    return out

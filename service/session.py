@@ -1,0 +1,174 @@
+"""A call's negotiated settings: the client's SessionConfig checked against the server's defaults and limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from models.frontend.normalize import NormalizeOptions, Span
+from protos.voxpool.v1 import tts_pb2 as pb
+from service.audio.framer import frame_bytes
+from service.config import ServiceConfig
+from service.errors import InvalidArgument
+
+ENCODINGS = {pb.AudioFormat.PCMU: "PCMU", pb.AudioFormat.PCMA: "PCMA", pb.AudioFormat.L16: "L16"}
+ENCODING_ENUM = {v: k for k, v in ENCODINGS.items()}
+PACING = {pb.Pacing.REALTIME: "REALTIME", pb.Pacing.ASAP: "ASAP"}
+PACING_ENUM = {v: k for k, v in PACING.items()}
+SPAN_KINDS = {
+    pb.TextSpan.DIGITS: "digits",
+    pb.TextSpan.TELEPHONE: "telephone",
+    pb.TextSpan.CARDINAL: "cardinal",
+    pb.TextSpan.ORDINAL: "cardinal",  # 第2 → 第二: the cardinal reader keeps the 第
+    pb.TextSpan.AMOUNT: "amount",
+    pb.TextSpan.DATE: "date",
+    pb.TextSpan.TIME: "time",
+    pb.TextSpan.VERIFICATION_CODE: "verification_code",
+    pb.TextSpan.ID_CARD: "id_card",
+    pb.TextSpan.BANK_CARD: "bank_card",
+    pb.TextSpan.SPELL_OUT: "characters",
+    pb.TextSpan.VERBATIM: "verbatim",
+}
+RATES_HZ = (8000, 16000, 24000)
+MAX_PREROLL_MS = 500
+MAX_FADE_MS = 50
+MAX_LEXICON_ENTRIES = 1000
+
+
+@dataclass(frozen=True)
+class VoiceEntry:
+    """A voice the engine has loaded, as the service advertises it."""
+
+    name: str
+    language: str
+    sample_rate_hz: int
+    license: str
+    description: str
+    is_default: bool
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """Everything a call uses, every default filled in."""
+
+    voice: VoiceEntry
+    encoding: str
+    sample_rate_hz: int
+    frame_ms: int
+    fade_ms: int
+    pacing: str
+    lead_ms: int
+    preroll_ms: int
+    language: str
+    lexicon: Mapping[str, str] = field(default_factory=dict)
+    normalize: NormalizeOptions = field(default_factory=NormalizeOptions)
+    seed: int = 0
+
+    @property
+    def frame_bytes(self) -> int:
+        """Payload bytes of one frame."""
+        return frame_bytes(self.sample_rate_hz, self.frame_ms, self.encoding)
+
+    def to_proto(self) -> pb.SessionConfig:
+        """The effective config echoed in SessionStarted."""
+        cfg = pb.SessionConfig(
+            voice=self.voice.name,
+            audio=pb.AudioFormat(
+                encoding=ENCODING_ENUM[self.encoding], sample_rate_hz=self.sample_rate_hz,
+                frame_ms=self.frame_ms, fade_ms=self.fade_ms,
+            ),
+            pacing=pb.Pacing(mode=PACING_ENUM[self.pacing], lead_ms=self.lead_ms),
+            preroll_ms=self.preroll_ms,
+            language=self.language,
+            normalization=pb.NormalizationOptions(one_as_yao=self.normalize.one_as_yao),
+            seed=self.seed,
+        )
+        cfg.lexicon.update(dict(self.lexicon))
+        return cfg
+
+
+def _same_language(a: str, b: str) -> bool:
+    pa, pb_ = a.split("-")[0].lower(), b.split("-")[0].lower()
+    return pa == pb_ or {pa, pb_} <= {"zh", "cmn"}
+
+
+def negotiate(
+    audio: pb.AudioFormat,
+    pacing: pb.Pacing,
+    voice_name: str,
+    preroll_ms: int,
+    language: str,
+    lexicon: Mapping[str, str],
+    normalization: pb.NormalizationOptions,
+    seed: int | None,
+    voices: Mapping[str, VoiceEntry],
+    cfg: ServiceConfig,
+    default_pacing: str,
+) -> SessionSettings:
+    """Validate the client's choices; InvalidArgument names the field and the accepted values."""
+    name = voice_name or next((v.name for v in voices.values() if v.is_default), "")
+    voice = voices.get(name)
+    if voice is None:
+        raise InvalidArgument(f"unknown voice {voice_name!r}; available voices: {', '.join(sorted(voices))}")
+    if language and voice.language and not _same_language(language, voice.language):
+        raise InvalidArgument(f"voice {voice.name} speaks {voice.language}, not {language!r}; leave language empty")
+    encoding = cfg.audio.encoding
+    if audio.encoding:
+        if audio.encoding not in ENCODINGS:
+            raise InvalidArgument(f"unsupported audio.encoding {audio.encoding}; use PCMU, PCMA or L16")
+        encoding = ENCODINGS[audio.encoding]
+    rate = audio.sample_rate_hz or cfg.audio.sample_rate_hz
+    if rate not in RATES_HZ:
+        raise InvalidArgument(f"unsupported audio.sample_rate_hz {rate}; use 8000, 16000 or 24000")
+    frame_ms = audio.frame_ms or cfg.audio.frame_ms
+    if not 10 <= frame_ms <= 60 or frame_ms % 10:
+        raise InvalidArgument(f"unsupported audio.frame_ms {frame_ms}; use 10, 20, 30, 40, 50 or 60")
+    fade_ms = audio.fade_ms if audio.HasField("fade_ms") else cfg.audio.fade_ms
+    if fade_ms > MAX_FADE_MS:
+        raise InvalidArgument(f"audio.fade_ms {fade_ms} is over the maximum {MAX_FADE_MS}")
+    mode = default_pacing
+    if pacing.mode:
+        if pacing.mode not in PACING:
+            raise InvalidArgument(f"unsupported pacing.mode {pacing.mode}; use REALTIME or ASAP")
+        mode = PACING[pacing.mode]
+    lead_ms = pacing.lead_ms if pacing.HasField("lead_ms") else cfg.audio.lead_ms
+    if lead_ms > 500:
+        raise InvalidArgument(f"pacing.lead_ms {lead_ms} is over the maximum 500")
+    preroll = preroll_ms or cfg.audio.preroll_ms
+    if preroll > MAX_PREROLL_MS:
+        raise InvalidArgument(f"preroll_ms {preroll} is over the maximum {MAX_PREROLL_MS}")
+    if len(lexicon) > MAX_LEXICON_ENTRIES:
+        raise InvalidArgument(f"lexicon has {len(lexicon)} entries; at most {MAX_LEXICON_ENTRIES}")
+    one_as_yao = normalization.one_as_yao if normalization.HasField("one_as_yao") else cfg.frontend.one_as_yao
+    return SessionSettings(
+        voice=voice,
+        encoding=encoding,
+        sample_rate_hz=rate,
+        frame_ms=frame_ms,
+        fade_ms=fade_ms,
+        pacing=mode,
+        lead_ms=lead_ms,
+        preroll_ms=preroll,
+        language=language or voice.language,
+        lexicon=dict(lexicon),
+        normalize=NormalizeOptions(one_as_yao=one_as_yao),
+        seed=int(seed or 0),
+    )
+
+
+def spans_from_proto(spans, text_chars: int, offset: int = 0) -> list[Span]:
+    """Say-as spans of a message, shifted by `offset`; InvalidArgument for out-of-range, empty or overlapping ones."""
+    out: list[Span] = []
+    for sp in spans:
+        if sp.kind not in SPAN_KINDS:
+            raise InvalidArgument(f"span {sp.start}-{sp.end}: unknown kind {sp.kind}")
+        if not sp.start < sp.end <= text_chars:
+            raise InvalidArgument(
+                f"span {sp.start}-{sp.end} is outside the text (0-{text_chars} code points) or empty"
+            )
+        out.append(Span(sp.start + offset, sp.end + offset, SPAN_KINDS[sp.kind]))
+    out.sort(key=lambda s: s.start)
+    for a, b in zip(out, out[1:]):
+        if b.start < a.end:
+            raise InvalidArgument(f"spans {a.start - offset}-{a.end - offset} and {b.start - offset}-{b.end - offset} overlap")
+    return out

@@ -1,0 +1,101 @@
+"""A real voxpool server on a loopback port with the tiny voice, and helpers to talk to it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import grpc
+import pytest
+
+from protos.voxpool.v1 import tts_pb2 as pb
+from protos.voxpool.v1 import tts_pb2_grpc
+
+
+def make_server(**overrides):
+    """Build (not start) a VoxpoolServer over the tiny voice; `overrides` are config sections → dicts."""
+    from engine.async_engine import AsyncEngine
+    from models.voices.bundle import tiny_voice
+    from service.config import load_config
+    from service.server import VoxpoolServer, engine_config
+
+    decoder_steps = overrides.pop("decoder_steps", 40)
+    engine_over = overrides.pop("engine", {})
+    cfg = load_config(None, environ={})
+    cfg.server.port = 0
+    cfg.server.host = "127.0.0.1"
+    cfg.voice.default = "tiny"
+    cfg.engine = {"max_slots": 8, **engine_over}
+    for section, values in overrides.items():
+        for k, v in values.items():
+            setattr(getattr(cfg, section), k, v)
+    voices = {"tiny": tiny_voice(decoder_steps=decoder_steps)}
+    engine = AsyncEngine.from_config(engine_config(cfg), voices=voices)
+    return VoxpoolServer(cfg, engine, voices)
+
+
+@contextlib.asynccontextmanager
+async def running_server(**overrides):
+    server = make_server(**overrides)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture
+async def tiny_server():
+    """A started server (tiny voice, port on 127.0.0.1); yields the VoxpoolServer (`.port`)."""
+    async with running_server() as server:
+        yield server
+
+
+@contextlib.asynccontextmanager
+async def stub_for(port: int):
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        yield tts_pb2_grpc.TtsStub(channel)
+
+
+def config_event(**kw) -> pb.ClientEvent:
+    audio = pb.AudioFormat(
+        encoding=kw.pop("encoding", pb.AudioFormat.PCMU),
+        sample_rate_hz=kw.pop("rate", 8000),
+        frame_ms=kw.pop("frame_ms", 20),
+    )
+    pacing = pb.Pacing(mode=kw.pop("pacing", pb.Pacing.ASAP))
+    if "lead_ms" in kw:
+        pacing.lead_ms = kw.pop("lead_ms")
+    return pb.ClientEvent(config=pb.SessionConfig(audio=audio, pacing=pacing, **kw))
+
+
+def text_event(text: str, turn_id: str = "", spans=()) -> pb.ClientEvent:
+    return pb.ClientEvent(text=pb.TextDelta(text=text, turn_id=turn_id, spans=list(spans)))
+
+
+def flush_event(turn_id: str = "") -> pb.ClientEvent:
+    return pb.ClientEvent(flush=pb.Flush(turn_id=turn_id))
+
+
+def end_event() -> pb.ClientEvent:
+    return pb.ClientEvent(end=pb.End())
+
+
+async def collect(call) -> list[pb.ServerEvent]:
+    """Every event of a finished call (raises grpc.aio.AioRpcError on a non-OK status)."""
+    return [e async for e in call]
+
+
+def kinds(events) -> list[str]:
+    return [e.WhichOneof("event") for e in events]
+
+
+def wait_for(predicate, timeout_s: float = 5.0, step_s: float = 0.02):
+    async def _wait():
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_s
+        while not predicate():
+            if loop.time() > end:
+                raise AssertionError("condition not met in time")
+            await asyncio.sleep(step_s)
+    return _wait()

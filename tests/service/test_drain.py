@@ -1,0 +1,90 @@
+"""SIGTERM with calls in flight, on a real `voxpool serve` process: NOT_SERVING, new calls UNAVAILABLE,
+in-flight calls finish, exit 0."""
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from protos.voxpool.v1 import tts_pb2 as pb
+from protos.voxpool.v1 import tts_pb2_grpc
+from tests.service.conftest import collect, config_event, end_event, flush_event, text_event
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_voice_dir(tmp_path_factory):
+    from models.voices.bundle import save_voice_dir, tiny_voice
+
+    return save_voice_dir(tiny_voice(decoder_steps=60), tmp_path_factory.mktemp("voices") / "tiny")
+
+
+async def wait_serving(port: int, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise AssertionError(f"server exited early with {proc.returncode}")
+            try:
+                r = await stub.Check(health_pb2.HealthCheckRequest(service="voxpool.readiness"), timeout=1)
+                if r.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.aio.AioRpcError:
+                pass
+            await asyncio.sleep(0.2)
+    raise AssertionError("server did not become ready")
+
+
+async def test_sigterm_drains_calls_in_flight(tiny_voice_dir, tmp_path):
+    port = free_port()
+    env = {**os.environ, "VOXPOOL_CACHE": str(tmp_path / "cache"), "VOXPOOL__SERVER__DRAIN_GRACE_S": "30"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "serve", "--voice", str(tiny_voice_dir), "--port", str(port)],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        await wait_serving(port, proc)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = tts_pb2_grpc.TtsStub(ch)
+            health = health_pb2_grpc.HealthStub(ch)
+            text = "这是一通正在进行的电话，请不要挂断。我们还有很多话要说。"
+            calls = [
+                stub.Converse(iter([config_event(pacing=pb.Pacing.REALTIME), text_event(text), flush_event(),
+                                    end_event()]))
+                for _ in range(2)
+            ]
+            tasks = [asyncio.create_task(collect(c)) for c in calls]
+            await asyncio.sleep(0.5)  # audio is flowing
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.3)
+            r = await health.Check(health_pb2.HealthCheckRequest(service="voxpool.readiness"), timeout=2)
+            assert r.status == health_pb2.HealthCheckResponse.NOT_SERVING
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await collect(stub.Converse(iter([config_event()])))
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+            results = await asyncio.wait_for(asyncio.gather(*tasks), timeout=30)
+        for events in results:  # every call in flight finished normally, with all its audio
+            done = [e.turn_done for e in events if e.HasField("turn_done")]
+            assert len(done) == 1 and done[0].audio_ms >= 2900  # 2 segments × 60 steps × 25 ms
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        out = proc.stdout.read() if proc.stdout else ""
+        print(out[-3000:])
