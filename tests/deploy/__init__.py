@@ -1,0 +1,1 @@
+"""Tests of the container images, the default config and the Kubernetes manifests."""
