@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from models.voices.bundle import Voice
 
 logger = logging.getLogger(__name__)
+_ENCODER_LOCK = threading.Lock()  # uncontended in the pooled engine (one thread); serializes baseline workers
 
 # DecoderState fields decode() changes; memory, keys, lengths and seed are read-only while decoding
 _MUTABLE = ("last_frame", "context", "attn", "attn_cum", "att_h", "att_c", "dec_h", "dec_c", "peak", "step", "finished")
@@ -98,7 +100,8 @@ class TorchRunner:
         with torch.inference_mode():
             ids_t, lengths_t = pad_ids(ids)
             try:
-                enc = self.acoustic.encode(ids_t.to(self.device), lengths_t.to(self.device))
+                with _ENCODER_LOCK:  # nn.LSTM is not safe to enter from two threads (the naive baseline does)
+                    enc = self.acoustic.encode(ids_t.to(self.device), lengths_t.to(self.device))
             except Tacotron2InputError as exc:
                 raise InvalidRequest(str(exc)) from exc
             fresh = self.acoustic.new_state(enc, torch.tensor(list(seeds), dtype=torch.long))

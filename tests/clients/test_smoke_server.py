@@ -1,0 +1,203 @@
+"""The client library, `voxpool say` and `voxpool bench` against a real server on loopback (tiny voice)."""
+
+import argparse
+import asyncio
+import json
+import wave
+
+import pytest
+
+from clients.bench import bench_main
+from clients.client import (
+    Audio,
+    Cleared,
+    ConversationClosed,
+    InvalidRequest,
+    MarkReached,
+    ServerBusy,
+    ServerUnavailable,
+    Started,
+    SyncVoxpoolClient,
+    TurnDone,
+    VoxpoolClient,
+)
+from clients.say import say_main
+from clients.wav import FORMAT_MULAW, read_wav_info
+from tests.service.conftest import running_server, tiny_server  # noqa: F401  (tiny_server: a fixture)
+
+
+def _say_args(port, out, **kw):
+    base = dict(text="您好，欢迎致电。", output=str(out), encoding="pcmu", rate=8000, voice="", stream=False,
+                server=f"127.0.0.1:{port}")
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+async def test_say_synthesize_writes_a_playable_wav(tiny_server, tmp_path, capsys):  # noqa: F811
+    out = tmp_path / "a.wav"
+    rc = await asyncio.to_thread(say_main, _say_args(tiny_server.port, out))
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    info = read_wav_info(out)
+    assert info.format_tag == FORMAT_MULAW and info.sample_rate_hz == 8000
+    # two segments (clause cut) × 40 decoder steps of the tiny voice ≈ 2 s, every frame 160 bytes
+    assert 1.8 <= info.duration_s <= 2.3 and info.data_bytes % 160 == 0
+    assert "TTFA" in printed and "wrote" in printed
+
+
+async def test_say_stream_l16(tiny_server, tmp_path, capsys):  # noqa: F811
+    out = tmp_path / "b.wav"
+    rc = await asyncio.to_thread(say_main, _say_args(tiny_server.port, out, encoding="l16", rate=16000, stream=True))
+    assert rc == 0, capsys.readouterr()
+    with wave.open(str(out), "rb") as w:
+        assert (w.getframerate(), w.getsampwidth()) == (16000, 2)
+        assert 1.8 <= w.getnframes() / 16000 <= 3.0  # REALTIME may add underrun silence, which is kept
+
+
+async def test_say_reports_bad_voice_and_unreachable_server(tiny_server, tmp_path, capsys):  # noqa: F811
+    rc = await asyncio.to_thread(say_main, _say_args(tiny_server.port, tmp_path / "c.wav", voice="nope"))
+    err = capsys.readouterr().err
+    assert rc == 2 and "rejected" in err and "nope" in err
+    assert not (tmp_path / "c.wav").exists()
+
+
+def test_say_unreachable_server(tmp_path, capsys):
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    rc = say_main(_say_args(port, tmp_path / "d.wav"))
+    err = capsys.readouterr().err
+    assert rc == 2 and "make serve" in err
+
+
+async def test_async_client_converse(tiny_server):  # noqa: F811
+    async with VoxpoolClient(f"127.0.0.1:{tiny_server.port}") as client:
+        await client.wait_ready(5)
+        voices = await client.list_voices()
+        assert [v.name for v in voices] == ["tiny"]
+        norm = await client.normalize("请拨打10086")
+        assert norm.pinyin[:2] == ["qing3", "bo1"]
+        conv = await client.converse(encoding="PCMA", pacing="ASAP")
+        assert conv.started.frame_bytes == 160 and conv.started.encoding == "PCMA"
+        await conv.send_text("请稍")
+        await conv.send_text("候。", turn_id="")
+        await conv.mark("end-of-text")
+        await conv.flush()
+        await conv.end()
+        events = [ev async for ev in conv]
+        audio = [e for e in events if isinstance(e, Audio)]
+        assert audio and all(len(a.payload) == 160 for a in audio)
+        assert [a.seq for a in audio] == list(range(len(audio)))
+        assert isinstance(events[-1], TurnDone) or any(isinstance(e, TurnDone) for e in events)
+        with pytest.raises(InvalidRequest, match="frame_ms"):
+            await client.converse(frame_ms=25)
+
+
+async def test_conversation_mark_and_clear(tiny_server):  # noqa: F811
+    async with VoxpoolClient(f"127.0.0.1:{tiny_server.port}") as client:
+        conv = await client.converse(pacing="REALTIME")
+        await conv.send_text("您好，欢迎致电。", turn_id="a")
+        await conv.mark("m1", turn_id="a")
+        await conv.send_text("请问有什么可以帮您？", turn_id="a")
+        await conv.flush("a")
+        seen = []
+        async for ev in conv:
+            seen.append(ev)
+            if isinstance(ev, MarkReached):
+                await conv.clear()  # barge-in once the first sentence was heard
+            if isinstance(ev, Cleared):
+                await conv.end()
+        marks = [e for e in seen if isinstance(e, MarkReached)]
+        cleared = [e for e in seen if isinstance(e, Cleared)]
+        assert [(m.name, m.turn_id) for m in marks] == [("m1", "a")]
+        assert len(cleared) == 1 and cleared[0].turn_id == "a"
+        assert cleared[0].text_spoken.startswith("您好") and cleared[0].text_remaining
+        with pytest.raises(ConversationClosed):
+            await conv.send_text("太晚了")
+
+
+async def test_default_service_config_skips_a_draining_server(tiny_server):  # noqa: F811
+    # readiness NOT_SERVING (draining): the health check of the default service config takes the pod out of
+    # rotation. A private subchannel pool keeps the health state of other tests' channels out of this one.
+    await tiny_server.health.draining()
+    private = [("grpc.use_local_subchannel_pool", 1)]
+    async with VoxpoolClient(f"127.0.0.1:{tiny_server.port}", options=private) as client:
+        with pytest.raises(ServerUnavailable):
+            await client.wait_ready(1.0)
+        with pytest.raises(ServerUnavailable):
+            await client.list_voices(timeout_s=2.0)
+    async with VoxpoolClient(f"127.0.0.1:{tiny_server.port}", service_config="", options=private) as plain:
+        assert [v.name for v in await plain.list_voices()] == ["tiny"]  # no health check: still reachable
+
+
+async def test_sync_client(tiny_server):  # noqa: F811
+    def run():
+        with SyncVoxpoolClient(f"127.0.0.1:{tiny_server.port}") as client:
+            events = list(client.synthesize("请稍候。", encoding="L16", sample_rate_hz=8000))
+            conv = client.converse(pacing="ASAP")
+            conv.send_text("再见。")
+            conv.flush()
+            conv.end()
+            return events, list(conv)
+
+    events, conv_events = await asyncio.to_thread(run)
+    assert isinstance(events[0], Started) and isinstance(events[-1], TurnDone)
+    assert all(len(e.payload) == 320 for e in events if isinstance(e, Audio))
+    assert any(isinstance(e, Audio) for e in conv_events)
+
+
+async def test_bench_two_rates_json_and_plots(tiny_server, tmp_path, capsys):  # noqa: F811
+    out = tmp_path / "r.json"
+    argv = ["--targets", f"a=127.0.0.1:{tiny_server.port},b=127.0.0.1:{tiny_server.port}",
+            "--rates", "1,2", "--duration-s", "2", "--pacing", "ASAP", "--text-class", "short",
+            "--warmup", "1", "--out", str(out), "--plot", str(tmp_path / "plots")]
+    rc = await asyncio.to_thread(bench_main, argv)
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    report = json.loads(out.read_text())
+    assert report["schema"] == "voxpool-bench/1"
+    runs = report["runs"]
+    assert [(r["target"], r["rate_per_s"]) for r in runs] == [("a", 1.0), ("a", 2.0), ("b", 1.0), ("b", 2.0)]
+    # the same seeded schedule and texts for both targets
+    assert [t["text_id"] for t in runs[0]["turns"]] == [t["text_id"] for t in runs[2]["turns"]]
+    assert [t["scheduled_s"] for t in runs[1]["turns"]] == [t["scheduled_s"] for t in runs[3]["turns"]]
+    for r in runs:
+        s = r["summary"]
+        assert s["turns"] >= 1 and s["ok"] == s["turns"] and s["errors"] == {}
+        assert s["ttfa_ms"]["p50"] > 0 and s["audio_s"] > 0
+        assert set(s["stall_s"]) == {"0", "100", "200"}
+        for t in r["turns"]:
+            assert t["status"] == "OK" and t["chunks"] > 0 and t["frames_ms"]
+            # the server's count agrees with the frames received (within one frame: see the lead's report)
+            assert abs(t["server"]["audio_ms"] - t["audio_s"] * 1e3) <= 20.5
+    assert len(report["comparison"]) == 2 and report["comparison"][0]["baseline"] == "a"
+    assert "| a | 1/s |" in printed and "Side by side" in printed
+    assert (tmp_path / "plots" / "ttfa_vs_rate.png").stat().st_size > 1000
+    assert (tmp_path / "plots" / "on_time_vs_rate.png").exists()
+
+
+async def test_bench_closed_loop_streamed_text(tiny_server, tmp_path, capsys):  # noqa: F811
+    out = tmp_path / "c.json"
+    argv = ["--targets", f"127.0.0.1:{tiny_server.port}", "--concurrency", "2", "--duration-s", "1",
+            "--text-class", "short", "--stream-text", "--delta-interval-ms", "5", "--warmup", "0",
+            "--no-frames", "--out", str(out)]
+    rc = await asyncio.to_thread(bench_main, argv)
+    assert rc == 0, capsys.readouterr()
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["mode"] == "closed" and run["concurrency"] == 2
+    assert {t["worker"] for t in run["turns"]} == {0, 1}
+    assert all(t["status"] == "OK" and t["deltas"] > 1 and "frames_ms" not in t for t in run["turns"])
+    assert run["summary"]["rtf"]["p50"] == pytest.approx(1.0, abs=0.5)  # REALTIME pacing plays in real time
+
+
+async def test_full_server_raises_server_busy_with_pushback():
+    async with running_server(server={"max_calls": 1}) as server:
+        async with VoxpoolClient(f"127.0.0.1:{server.port}") as client:
+            first = await client.converse()
+            with pytest.raises(ServerBusy) as info:
+                await client.converse()
+            assert info.value.retry_after_ms is not None and info.value.retry_after_ms > 0
+            first.cancel()
