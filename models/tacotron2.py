@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -18,7 +20,7 @@ _M32 = 0xFFFFFFFF
 _FMIX_C1 = 0x85EBCA6B
 _FMIX_C2 = 0xC2B2AE35
 _SEED_SALT = 0x9E3779B9
-_WINDOW_FILL = -1e20  # the graph's energy penalty outside the inference window
+_MASK_BLOCK_STEPS = 16  # CPU: prenet dropout masks are hashed for this many steps of a batch at once
 
 
 class Tacotron2InputError(ValueError):
@@ -280,6 +282,64 @@ def _step_unit_hash(seed_key: torch.Tensor, step: torch.Tensor, unit_keys: torch
     return _fmix32(h.unsqueeze(1) ^ unit_keys.unsqueeze(0))
 
 
+def _fmix32_np(x: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 32-bit finalizer on a uint32 array (numpy's uint32 products wrap mod 2^32), in place."""
+    x ^= x >> np.uint32(16)
+    x *= np.uint32(_FMIX_C1)
+    x ^= x >> np.uint32(13)
+    x *= np.uint32(_FMIX_C2)
+    x ^= x >> np.uint32(16)
+    return x
+
+
+def _fmix32_int(x: int) -> int:
+    x ^= x >> 16
+    x = (x * _FMIX_C1) & _M32
+    x ^= x >> 13
+    x = (x * _FMIX_C2) & _M32
+    return x ^ (x >> 16)
+
+
+@lru_cache(maxsize=4096)
+def _seed_key_int(seed: int) -> int:
+    """dropout_seed_key of one int64 seed, in Python ints (a request keeps its seed: cached)."""
+    return _fmix32_int(_fmix32_int((seed & _M32) ^ _SEED_SALT) ^ ((seed >> 32) & _M32))
+
+
+def dropout_hash_np(seed: np.ndarray, steps: np.ndarray, unit_keys: np.ndarray) -> np.ndarray:
+    """dropout_hash in numpy uint32 arithmetic: seed [B] int64, steps [B, S] int64, unit_keys [U] -> [B, S, U] uint32.
+
+    The same function as the torch version in a dozen numpy calls instead of ~90 small torch ops (the CPU
+    decoder uses it: the torch version cost about 0.2 ms per decode call at batch 1).
+    """
+    keys = np.fromiter((_seed_key_int(int(x)) for x in seed.tolist()), dtype=np.uint32, count=len(seed))
+    h = _fmix32_np(keys[:, None] ^ (np.asarray(steps, dtype=np.int64) & _M32).astype(np.uint32))
+    return _fmix32_np(h[:, :, None] ^ unit_keys.astype(np.uint32, copy=False)[None, None, :])
+
+
+def _float_weight(module: nn.Module) -> torch.Tensor:
+    """A layer's weight as a float tensor, also for torch.ao dynamically quantized layers (weight() is packed int8)."""
+    w = module.weight
+    if callable(w):  # torch.ao.nn.quantized(.dynamic).Linear: weight() unpacks the int8 weight
+        w = w()
+    return w.dequantize() if w.is_quantized else w
+
+
+def _rows_view(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """x [B, T, D] as a 2-D view of rows [N, D] and the row offset between batch entries: x[b, t] = rows[b·off + t].
+
+    A view (no copy) whenever each [t] slice is a contiguous row and batch entries are whole rows apart, as in
+    slices of the engine's preallocated slab; otherwise a contiguous copy.
+    """
+    B, T, D = x.shape
+    s0, s1, s2 = x.stride()
+    if not (s2 == 1 and s1 >= D and s0 % s1 == 0 and s0 >= T * s1) or B == 0:
+        x = x.contiguous()
+        s0, s1 = T * D, D
+    off = s0 // s1
+    return x.as_strided(((B - 1) * off + T, D), (s1, 1)), off
+
+
 class _ConvNorm(nn.Module):
     """Conv1d (SAME zero padding, with bias) followed by a folded batch norm: y = conv(x)·scale + shift."""
 
@@ -435,16 +495,76 @@ class Tacotron2(nn.Module):
         )
         return state
 
-    def _keep_masks(self, seed_key: torch.Tensor, step: torch.Tensor, dtype: torch.dtype) -> list[torch.Tensor]:
-        """Prenet dropout multipliers per layer: 1/(1−p) where kept, 0 where dropped; [B, dim] each.
+    def _location_filter(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """location_layer ∘ location_conv folded into one filter: (weight [k, A], bias [A]) in `dtype`.
 
-        A unit is kept iff dropout_hash(seed, step, unit_key) < (1 − p)·2^32: the mask of a row depends
-        only on (seed, step, layer, unit), never on the batch or on how decoding is chunked.
+        Works whatever form location_layer is in: a float nn.Linear, or a dynamically quantized Linear
+        (torch.ao), whose `weight` is a method returning a quantized tensor; the fold uses float weights.
+        The result is cached until a weight changes (new tensor, or in-place update: its version counter).
         """
-        h = _step_unit_hash(seed_key, step, self._dropout_unit_keys)
+        layer_w = _float_weight(self.location_layer)
+        conv_w, conv_b = self.location_conv.weight, self.location_conv.bias
+        sources = (layer_w, conv_w, conv_b)
+        # inference tensors (weights made under torch.inference_mode) have no version counter: never cached
+        versions = None if any(t.is_inference() for t in sources) else (dtype, *(t._version for t in sources))
+        cached = self.__dict__.get("_location_cache")  # (sources, versions, weight, bias); sources held, not ids
+        if (versions is not None and cached is not None and cached[1] == versions
+                and all(a is b for a, b in zip(cached[0], sources))):
+            return cached[2], cached[3]
+        lw = layer_w.float()  # [A, F]; folded in fp32 whatever the model's dtype
+        weight = (lw @ conv_w[:, 0, :].float()).t().to(dtype)  # [k, A]
+        bias = (lw @ conv_b.float()).to(dtype)  # [A]
+        # not while a CUDA graph is captured (its kernels have not run yet) nor for a dequantized copy (new each call)
+        capturing = lw.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        if versions is not None and not callable(self.location_layer.weight) and not capturing:
+            self.__dict__["_location_cache"] = (sources, versions, weight, bias)
+        return weight, bias
+
+    def _keep_masks(self, seed: torch.Tensor, first_step: torch.Tensor, n_steps: int, dtype: torch.dtype
+                    ) -> torch.Tensor:
+        """Prenet dropout multipliers for steps first_step … first_step + n_steps − 1: [B, n_steps, Σ prenet dims].
+
+        1/(1−p) where kept, 0 where dropped. A unit is kept iff dropout_hash(seed, step, unit_key) < (1 − p)·2^32:
+        the mask of a row depends only on (seed, step, layer, unit), never on the batch or on how decoding is
+        chunked. On the CPU the hash runs in numpy (`dropout_hash_np`, same values, far fewer ops); a block of
+        steps is hashed at once.
+        """
         scale = 1.0 / (1.0 - self.config.prenet_dropout)
-        mult = (h < self._keep_below).to(dtype) * scale
-        return list(mult.split(list(self.config.prenet_dims), dim=1))
+        if seed.device.type == "cpu":
+            unit_keys = self.__dict__.get("_unit_keys_np")
+            if unit_keys is None:
+                unit_keys = self.__dict__["_unit_keys_np"] = self._dropout_unit_keys.numpy().astype(np.uint32)
+            steps = first_step.numpy()[:, None] + np.arange(n_steps, dtype=np.int64)  # [B, S]
+            h = dropout_hash_np(seed.numpy(), steps, unit_keys)
+            keep = h < np.uint32(self._keep_below) if self._keep_below < 2**32 else np.ones(h.shape, dtype=bool)
+            return torch.from_numpy(np.multiply(keep, scale, dtype=np.float32)).to(dtype)
+        steps = first_step.unsqueeze(1) + torch.arange(n_steps, device=first_step.device)  # [B, S]
+        h = _fmix32(dropout_seed_key(seed).unsqueeze(1) ^ (steps & _M32))  # [B, S]
+        h = _fmix32(h.unsqueeze(2) ^ self._dropout_unit_keys)  # [B, S, U]
+        return (h < self._keep_below).to(dtype) * scale
+
+    def _step_masks(self, seed: torch.Tensor, step: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Prenet dropout multipliers [B, Σ prenet dims] for each row's current step.
+
+        On the CPU the masks of the next `_MASK_BLOCK_STEPS` steps of the whole batch are hashed at once and kept
+        until the batch's seeds change or a row leaves the block: an engine calling decode() one step at a time
+        then pays one hash per block instead of one per call (a hash costs ~0.1 ms at batch 1 inside the decoder,
+        where the int8 matrix products leave the caches cold, against 0.02 ms alone). The cache is checked
+        against the seeds and steps it was made for, so a stale or concurrently replaced entry is never used.
+        """
+        if seed.device.type != "cpu":
+            return self._keep_masks(seed, step, 1, dtype)[:, 0]
+        seeds, steps = seed.tolist(), step.tolist()
+        cached = self.__dict__.get("_mask_cache")  # (seeds, first steps, masks [B, S, U], dtype)
+        if cached is not None and cached[0] == seeds and cached[3] == dtype:
+            offsets = [now - first for now, first in zip(steps, cached[1])]
+            if all(0 <= o < _MASK_BLOCK_STEPS for o in offsets):
+                if min(offsets) == max(offsets):
+                    return cached[2][:, offsets[0]]
+                return cached[2][torch.arange(len(offsets)), torch.tensor(offsets)]
+        block = self._keep_masks(seed, step, _MASK_BLOCK_STEPS, dtype)
+        self.__dict__["_mask_cache"] = (seeds, steps, block, dtype)
+        return block[:, 0]
 
     @torch.no_grad()
     def decode(self, state: DecoderState, steps: int, dropout: bool = True) -> DecodeOutput:
@@ -453,6 +573,10 @@ class Tacotron2(nn.Module):
         Finished rows produce zero frames, peak -1, and keep their state. A row reaching max_decoder_steps
         without the stop rule is marked finished and reported in `truncated`. The prenet dropout mask of a
         row depends only on (seed, step, layer, unit), so batching and chunking do not change results.
+
+        Attention is computed on the inference window only (argmax(prev α) ± attention_window positions):
+        every position outside it has energy −1e20, so its softmax weight is exactly 0 and it adds nothing
+        to the context; the window costs O(2W+1) per row instead of O(T).
         """
         c = self.config
         if not isinstance(steps, int) or isinstance(steps, bool) or not 0 <= steps <= c.max_decoder_steps:
@@ -470,62 +594,87 @@ class Tacotron2(nn.Module):
         if steps == 0 or B == 0:
             return DecodeOutput(frames, stop_out, peak_out, state.finished.clone(), state.step - start_step, truncated)
 
-        positions = torch.arange(T, device=dev).unsqueeze(0)  # [1, T]
-        padding = positions >= state.lengths.unsqueeze(1)  # [B, T]
-        window_fill = max(_WINDOW_FILL, torch.finfo(dt).min)
+        E, A, k = c.memory_dim, c.attention_dim, c.location_kernel
+        n_win = 2 * W + 1
+        offsets = torch.arange(-W, W + 1, device=dev).unsqueeze(0)  # [1, n_win]
+        tap_offsets = torch.arange(k, device=dev)  # [k]: position p reads attn_cum[p − (k−1)/2 … p + (k−1)/2]
         pad_fill = torch.finfo(dt).min
-        memory, keys = state.memory, state.keys
-        seed_key = dropout_seed_key(state.seed) if dropout else None
-        # location_layer(location_conv(cum)) is linear in cum: one [T, k] @ [k, A] product per step
-        k = c.location_kernel
-        loc_w = (self.location_layer.weight @ self.location_conv.weight[:, 0, :]).t()  # [k, A]
-        loc_b = self.location_layer.weight @ self.location_conv.bias  # [A]
-        check_every = 1 if dev.type == "cpu" else 8  # all-finished early exit; a host sync on accelerators
+        lengths = state.lengths.unsqueeze(1)
+        memory_rows, row_base = _rows_view(state.memory)  # window rows are gathered with one index_select
+        keys_rows, key_base = _rows_view(state.keys)
+        row_ids = torch.arange(B, device=dev).unsqueeze(1)
+        row_base, key_base = row_ids * row_base, row_ids * key_base  # [B, 1]
+        # location_layer(location_conv(cum)) is linear in cum: one [n_win, k] @ [k, A] product per row and step
+        loc_w, loc_b = self._location_filter(dt)
+        # all-finished early exit: a host sync, so every 8 steps on accelerators and never inside a CUDA graph
+        # capture (the graph replays every step; finished rows produce nothing, so the outputs are the same)
+        on_cpu = dev.type == "cpu"
+        check_every = 1 if on_cpu else 8
+        capturing = dev.type == "cuda" and torch.cuda.is_current_stream_capturing()
         for s in range(steps):
-            if s % check_every == 0 and bool(state.finished.all()):
-                break  # the outputs for the remaining steps are already zero / -1 / False
+            all_active = False  # known only where a host sync is cheap (CPU): then the row selects are skipped
+            if not capturing and s % check_every == 0:
+                n_finished = int(state.finished.sum())
+                if n_finished == B:
+                    break  # the outputs for the remaining steps are already zero / -1 / False
+                all_active = on_cpu and n_finished == 0
             active = ~state.finished  # [B]
             # 1. prenet on the previous frame, dropout after each ReLU
             x = state.last_frame
-            masks = self._keep_masks(seed_key, state.step, dt) if seed_key is not None else None
-            for i, layer in enumerate(self.prenet):
+            masks = self._step_masks(state.seed, state.step, dt) if dropout else None
+            lo = 0
+            for layer in self.prenet:
                 x = F.relu(layer(x))
                 if masks is not None:
-                    x = x * masks[i]
+                    x = x * masks[:, lo: lo + x.shape[1]]
+                    lo += x.shape[1]
             # 2. attention LSTM on [prenet, previous context]
             att_h, att_c = self.attention_lstm(torch.cat([x, state.context], 1), (state.att_h, state.att_c))
-            # 3-4. location-sensitive energies on the cumulative alignment, window and padding masks
-            taps = F.pad(state.attn_cum, ((k - 1) // 2, (k - 1) // 2)).unfold(1, k, 1)  # [B, T, k]
-            loc = torch.addmm(loc_b, taps.reshape(B * T, k), loc_w).view(B, T, -1)  # [B, T, A]
+            # 3-4. location-sensitive energies on the window around the previous peak; padding masked
+            pos = state.peak.unsqueeze(1) + offsets  # [B, n_win]
+            valid = (pos >= 0) & (pos < lengths)
+            pos_c = pos.clamp(0, T - 1)  # out-of-range window slots read position 0 or T−1 and are masked
+            cum_padded = F.pad(state.attn_cum, ((k - 1) // 2, (k - 1) // 2))  # [B, T + k − 1]
+            taps = cum_padded.gather(1, (pos_c.unsqueeze(2) + tap_offsets).view(B, n_win * k))  # [B, n_win·k]
+            loc = torch.addmm(loc_b, taps.view(B * n_win, k), loc_w).view(B, n_win, A)
+            keys_w = keys_rows.index_select(0, (pos_c + key_base).view(-1)).view(B, n_win, A)
             q = self.query_layer(att_h).unsqueeze(1)
-            energy = self.attention_v(torch.tanh(keys + q + loc)).squeeze(-1)  # [B, T]
-            centre = state.peak.unsqueeze(1)
-            outside = (positions > centre + W) | (positions < centre - W)
-            energy = energy.masked_fill(outside, window_fill).masked_fill(padding, pad_fill)
-            alpha = torch.softmax(energy, dim=-1)
-            # 5. context, cumulative weights, new window centre
-            context = torch.bmm(alpha.unsqueeze(1), memory).squeeze(1)
-            peak = alpha.argmax(dim=-1)
+            energy = self.attention_v(torch.tanh(keys_w + q + loc)).squeeze(-1)  # [B, n_win]
+            alpha_w = torch.softmax(energy.masked_fill(~valid, pad_fill), dim=-1)
+            # 5. context, full-length weights, new window centre
+            memory_w = memory_rows.index_select(0, (pos_c + row_base).view(-1)).view(B, n_win, E)
+            context = torch.bmm(alpha_w.unsqueeze(1), memory_w).squeeze(1)
+            alpha = torch.zeros(B, T, device=dev, dtype=dt).scatter_add_(1, pos_c, alpha_w)  # masked slots add 0
+            peak = pos_c.gather(1, alpha_w.argmax(dim=-1, keepdim=True)).squeeze(1)
             # 6-7. decoder LSTM, frame and stop projections
             dec_h, dec_c = self.decoder_lstm(torch.cat([att_h, context], 1), (state.dec_h, state.dec_c))
             frame = self.frame_projection(torch.cat([dec_h, context], 1))  # [B, r·M]
             stop_logit = self.stop_projection(torch.cat([dec_h, frame], 1))  # [B, r]
             fired = (torch.sigmoid(stop_logit) > c.stop_threshold).all(dim=1) & active
 
-            a1 = active.unsqueeze(1)
-            frames[:, s * r:(s + 1) * r] = (frame * a1).view(B, r, M)
             stop_out[:, s] = fired
-            peak_out[:, s] = torch.where(active, peak, peak_out[:, s])
-            state.last_frame = torch.where(a1, frame[:, -M:], state.last_frame)
-            state.context = torch.where(a1, context, state.context)
-            state.attn = torch.where(a1, alpha, state.attn)
-            state.attn_cum = torch.where(a1, state.attn_cum + alpha, state.attn_cum)
-            state.att_h = torch.where(a1, att_h, state.att_h)
-            state.att_c = torch.where(a1, att_c, state.att_c)
-            state.dec_h = torch.where(a1, dec_h, state.dec_h)
-            state.dec_c = torch.where(a1, dec_c, state.dec_c)
-            state.peak = torch.where(active, peak, state.peak)
-            state.step = state.step + active.long()
+            if all_active:
+                frames[:, s * r:(s + 1) * r] = frame.view(B, r, M)
+                peak_out[:, s] = peak
+                state.last_frame = frame[:, -M:]
+                state.context, state.attn, state.attn_cum = context, alpha, state.attn_cum + alpha
+                state.att_h, state.att_c, state.dec_h, state.dec_c = att_h, att_c, dec_h, dec_c
+                state.peak = peak
+                state.step = state.step + 1
+            else:
+                a1 = active.unsqueeze(1)
+                frames[:, s * r:(s + 1) * r] = (frame * a1).view(B, r, M)
+                peak_out[:, s] = torch.where(active, peak, peak_out[:, s])
+                state.last_frame = torch.where(a1, frame[:, -M:], state.last_frame)
+                state.context = torch.where(a1, context, state.context)
+                state.attn = torch.where(a1, alpha, state.attn)
+                state.attn_cum = torch.where(a1, state.attn_cum + alpha, state.attn_cum)
+                state.att_h = torch.where(a1, att_h, state.att_h)
+                state.att_c = torch.where(a1, att_c, state.att_c)
+                state.dec_h = torch.where(a1, dec_h, state.dec_h)
+                state.dec_c = torch.where(a1, dec_c, state.dec_c)
+                state.peak = torch.where(active, peak, state.peak)
+                state.step = state.step + active.long()
             capped = active & ~fired & (state.step >= c.max_decoder_steps)
             truncated |= capped
             state.finished = state.finished | fired | capped
