@@ -81,13 +81,14 @@ class _Baseline:
     def _done(self, request_id: str, reason: FinishReason, timings: RequestTimings) -> None:
         self.gate.release()
         c = self._counters
-        if reason is FinishReason.COMPLETED:
-            c.requests_completed += 1
-        elif reason is FinishReason.CANCELLED:
-            c.requests_cancelled += 1
-        else:
-            c.requests_failed += 1
-        c.audio_samples += timings.audio_samples
+        with self._lock:  # naive workers finish on their own threads
+            if reason is FinishReason.COMPLETED:
+                c.requests_completed += 1
+            elif reason is FinishReason.CANCELLED:
+                c.requests_cancelled += 1
+            else:
+                c.requests_failed += 1
+            c.audio_samples += timings.audio_samples
         self.observer.on_request_done(request_id, reason, timings)
 
 
@@ -244,8 +245,8 @@ class NonIncrementalBackend(_Baseline):
         with self._lock:
             self._live.pop(job.spec.request_id, None)
             self._lock.notify_all()
+        self._done(job.spec.request_id, reason, job.timings)  # counters before the reader sees the end
         job.sink.finish(reason, error, job.timings)
-        self._done(job.spec.request_id, reason, job.timings)
 
     def _main(self) -> None:
         try:

@@ -18,7 +18,7 @@ class EngineConfig:
     # --- where and how the models run
     device: str = "cpu"  # cpu | cuda | cuda:N
     dtype: str = "float32"  # activations/state dtype: float32 | bfloat16 | float16 (CUDA)
-    weights: str = "fp32"  # passed to models.voices.bundle.load_voice: fp32 | int8 | bf16 (CPU fast paths)
+    weights: str = "int8"  # load_voice weight path: int8 (CPU fast path; docs/benchmarks.md) | fp32 | bf16; CUDA: not int8
     num_threads: int = 0  # torch intra-op threads for the engine thread; 0 leaves torch's default
     voices: tuple[str, ...] = ("baker-zh",)  # voices loaded by AsyncEngine.from_config
     cuda_graphs: bool = True  # CUDA only: capture the decoder step / vocoder chunk per power-of-two batch bucket
@@ -69,6 +69,8 @@ class EngineConfig:
             raise ValueError(f"engine.dtype={self.dtype!r}: use one of {_DTYPES}")
         if self.weights not in _WEIGHTS:
             raise ValueError(f"engine.weights={self.weights!r}: use one of {_WEIGHTS}")
+        if base == "cuda" and self.weights == "int8":
+            raise ValueError("engine.weights=int8 is the CPU fast path; on CUDA set engine.weights to fp32 or bf16")
         positive = (
             "max_slots", "max_encode_per_iteration", "max_vocode_batch", "decode_steps_per_iteration",
             "window_bucket_frames", "first_chunk_frames", "chunk_frames", "max_chunk_frames",

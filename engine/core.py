@@ -510,10 +510,10 @@ class EngineCore:
             c.requests_cancelled += 1
         else:
             c.requests_failed += 1
-        try:
-            request.sink.finish(reason, error, request.timings)
-        finally:
+        try:  # observers first: whoever reads the final event sees the counters already updated
             self.observer.on_request_done(request.request_id, reason, request.timings)
+        finally:
+            request.sink.finish(reason, error, request.timings)
 
     def _shutdown(self) -> None:
         """Loop left by stop/drain: whatever is still live ends with EngineStopped."""
