@@ -1,9 +1,10 @@
-"""Call admission: a fixed number of call slots, refused at once (with a jittered retry delay) when full or draining."""
+"""Call admission: a fixed number of call slots (and per-tenant quotas), refused at once with a jittered retry delay."""
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Callable
 
 from service.errors import Overloaded, Unavailable
 
@@ -13,21 +14,25 @@ class CallSlot:
     """A held admission slot; release it exactly once (idempotent)."""
 
     admission: "Admission"
+    tenant: str = ""
     released: bool = False
 
     def release(self) -> None:
         if not self.released:
             self.released = True
-            self.admission._active -= 1
+            self.admission._release(self)
 
 
 class Admission:
     """Counts active calls against `max_calls`; decides in O(1), before any engine work."""
 
-    def __init__(self, max_calls: int, retry_after_ms: int, rng: random.Random | None = None):
+    def __init__(self, max_calls: int, retry_after_ms: int, rng: random.Random | None = None,
+                 tenant_max_calls: Callable[[str], int] | None = None):
         self.max_calls = max_calls
         self.retry_after_ms = retry_after_ms
+        self._tenant_max_calls = tenant_max_calls  # tenant → most concurrent calls (0 = no limit)
         self._active = 0
+        self._by_tenant: dict[str, int] = {}
         self._accepting = False
         self._rng = rng or random.Random()
 
@@ -35,6 +40,10 @@ class Admission:
     def active(self) -> int:
         """Calls holding a slot now."""
         return self._active
+
+    def active_for(self, tenant: str) -> int:
+        """Calls of one tenant holding a slot now."""
+        return self._by_tenant.get(tenant, 0)
 
     @property
     def utilization(self) -> float:
@@ -52,8 +61,8 @@ class Admission:
     def _pushback_ms(self) -> int:
         return int(self.retry_after_ms * self._rng.uniform(0.5, 1.5))
 
-    def acquire(self) -> CallSlot:
-        """A slot for a new call, or Unavailable (not accepting) / Overloaded (full) with a retry delay."""
+    def acquire(self, tenant: str = "") -> CallSlot:
+        """A slot for a new call, or Unavailable (not accepting) / Overloaded (full, or the tenant at its quota)."""
         if not self._accepting:
             raise Unavailable(
                 "server is not accepting calls (starting or draining); retry on another server",
@@ -64,5 +73,23 @@ class Admission:
                 f"all {self.max_calls} call slots are busy; retry after the delay in grpc-retry-pushback-ms",
                 retry_after_ms=self._pushback_ms(),
             )
+        limit = self._tenant_max_calls(tenant) if tenant and self._tenant_max_calls else 0
+        if limit and self._by_tenant.get(tenant, 0) >= limit:
+            raise Overloaded(
+                f"tenant {tenant} already has {limit} calls in progress, its limit; retry after the delay in "
+                "grpc-retry-pushback-ms",
+                retry_after_ms=self._pushback_ms(),
+            )
         self._active += 1
-        return CallSlot(self)
+        if tenant:
+            self._by_tenant[tenant] = self._by_tenant.get(tenant, 0) + 1
+        return CallSlot(self, tenant)
+
+    def _release(self, slot: CallSlot) -> None:
+        self._active -= 1
+        if slot.tenant:
+            left = self._by_tenant.get(slot.tenant, 0) - 1
+            if left > 0:
+                self._by_tenant[slot.tenant] = left
+            else:
+                self._by_tenant.pop(slot.tenant, None)

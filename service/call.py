@@ -6,12 +6,13 @@ import asyncio
 import logging
 import time
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Mapping
 
 from engine.errors import EngineDead, EngineStopped, EngineError, EngineOverloaded, InvalidRequest, RequestFailed
 from engine.request import AudioChunk, SynthesisRequest
-from models.frontend.pipeline import FrontendError, MandarinFrontend
+from models.frontend.normalize import NormalizeOptions
+from models.frontend.pipeline import FrontendError, FrontendOptions, MandarinFrontend
 from models.frontend.segmenter import Segment, Segmenter
 from protos.voxpool.v1 import tts_pb2 as pb
 from service.audio.fade import FadeIn, fade_out_payload
@@ -21,6 +22,7 @@ from service.config import ServiceConfig
 from service.errors import ClientStalled, InvalidArgument, SessionExpired, Unavailable
 from service.pacing import Action, ActionKind, PacedSender, Pacer
 from service.session import SessionSettings, VoiceEntry, negotiate, spans_from_proto
+from service.telemetry import bind_call
 from service.turn import OutFrame, Turn, TurnState
 
 log = logging.getLogger(__name__)
@@ -37,6 +39,16 @@ class CallDeps:
     voices: Mapping[str, VoiceEntry]
     cfg: ServiceConfig
     clock: Callable[[], float] = time.monotonic
+    telemetry: Any = None  # service.telemetry.Telemetry; None = no spans, metrics or end-of-call log
+    _frontends: dict = field(default_factory=dict)
+
+    def frontend_for(self, options: NormalizeOptions) -> MandarinFrontend:
+        """A frontend with the call's reading options (they share the process-wide word segmenter)."""
+        if options == self.frontend.options.normalize:
+            return self.frontend
+        if options not in self._frontends:
+            self._frontends[options] = MandarinFrontend(FrontendOptions(normalize=options))
+        return self._frontends[options]
 
 
 class _TokenBucket:
@@ -85,6 +97,7 @@ class CallSession:
         self._last_event_s = deps.clock()
         self._input_done = False
         self.ttfa_ms: list[float] = []
+        self.tel = bind_call(session_id)  # telemetry: span, metrics, end-of-call log (service/telemetry)
 
     # ------------------------------------------------------------------ output
 
@@ -115,7 +128,7 @@ class CallSession:
         )
         if self.settings.lexicon:
             try:  # validate the lexicon once, at the start, so a bad entry fails the call cleanly
-                self.deps.frontend.to_ids("好", lexicon=self.settings.lexicon)
+                self.deps.frontend_for(self.settings.normalize).to_ids("好", lexicon=self.settings.lexicon)
             except FrontendError as exc:
                 raise InvalidArgument(f"lexicon: {exc}") from None
         return self.settings
@@ -140,6 +153,7 @@ class CallSession:
                 f"the first message must be config (SessionConfig), got {first.WhichOneof('event') or 'an empty event'}"
             )
         s = self.configure(first.config)
+        self.tel.configured(s)  # telemetry
         await self.write(pb.ServerEvent(started=pb.SessionStarted(
             session_id=self.session_id, effective_config=s.to_proto(), limits=self._limits_proto(),
             frame_bytes=s.frame_bytes, server_version=VERSION,
@@ -189,6 +203,11 @@ class CallSession:
     def _finish_ok(self) -> None:
         if self._fatal is not None and not self._fatal.done():
             self._fatal.set_result(None)
+
+    def abort(self, exc: BaseException) -> None:
+        """End the call from outside (the server's engine watchdog): `run` raises `exc`, mapped to the call's status."""
+        if self._fatal is not None and not self._fatal.done():
+            self._fatal.set_exception(exc)
 
     async def _watchdog(self) -> None:
         start = self.deps.clock()
@@ -349,6 +368,7 @@ class CallSession:
         for turn in targets:
             turn.state = TurnState.CLEARED
             self._stop_streams(turn)
+            turn.segments.put_nowait(None)  # wakes _produce if it waits for this turn's next segment
         dropped = self._sender.clear()
         keep: list[OutFrame] = []
         faded: set[int] = set()
@@ -378,6 +398,7 @@ class CallSession:
                 await self._send_cleared(turn)
 
     async def _send_cleared(self, turn: Turn) -> None:
+        self.tel.turn_cleared(turn)  # telemetry
         spoken = turn.text[: turn.released_pos]
         await self.write(pb.ServerEvent(cleared=pb.Cleared(
             turn_id=turn.turn_id, last_pts_ms=turn.last_pts_end_ms, text_spoken=spoken,
@@ -453,6 +474,7 @@ class CallSession:
                 self._sender.finish()  # nothing more queued right now: idle after this turn, no silence fill
         except _TurnFailed as exc:
             turn.state = TurnState.FAILED
+            self.tel.turn_failed(turn, exc.message)  # telemetry
             self._stop_streams(turn)
             await self._error(exc.code, exc.message, turn.turn_id, retryable=turn.audio_frames == 0 and turn.pending_frames == 0)
             self._forget_failed(turn)
@@ -476,15 +498,22 @@ class CallSession:
                                   fade_in: FadeIn, push: Callable[[list[bytes], int], None]) -> None:
         s = self.settings
         loop = asyncio.get_running_loop()
+        seg_tel = self.tel.segment_started(turn, seg)  # telemetry
         try:
             result = await loop.run_in_executor(
-                self.deps.executor, lambda: self.deps.frontend.to_ids(seg.text, turn.spans_for(seg), s.lexicon or None)
+                self.deps.executor,
+                lambda: self.deps.frontend_for(s.normalize).to_ids(seg.text, turn.spans_for(seg), s.lexicon or None),
             )
         except FrontendError as exc:
+            seg_tel.end("skipped")  # telemetry
             await self._warn("segment_skipped", f"nothing to say in {seg.text!r}: {exc}", turn.turn_id)
             return
+        seg_tel.frontend_done(len(result.ids))  # telemetry
         for w in result.warnings:
             await self._warn("normalization", w, turn.turn_id)
+        if not turn.active:  # cleared (barge-in) while the frontend ran: none of it may be synthesized or sent
+            seg_tel.end("cancelled")  # telemetry
+            return
         self._segment_counter += 1
         request = SynthesisRequest(
             request_id=f"{self.session_id}/{turn.turn_id}/{self._segment_counter}",
@@ -499,17 +528,20 @@ class CallSession:
         except InvalidRequest as exc:
             raise _TurnFailed(pb.Error.NORMALIZATION_FAILED, f"cannot synthesize {seg.text!r}: {exc}") from None
         turn.streams.add(stream)
+        seg_tel.submitted(request.request_id)  # telemetry
         first_arrival: float | None = None
         received_s = 0.0
         try:
             async for event in stream:
                 if not isinstance(event, AudioChunk):
+                    seg_tel.finished(event)  # telemetry
                     continue
                 now = self.deps.clock()
                 if first_arrival is None:
                     first_arrival = now
                 elif now > first_arrival + received_s + 1e-3:
                     turn.late_chunks += 1
+                seg_tel.chunk(now - first_arrival - received_s, event.duration_s)  # telemetry
                 received_s += event.duration_s
                 turn.chunks += 1
                 pos = seg.start
@@ -517,7 +549,9 @@ class CallSession:
                     pos = seg.start + result.spoken_chars(int(max(event.input_positions)) + 1)
                 out = resampler.push(event.samples)
                 push(framer.push(fade_in.apply(out)) if len(out) else [], min(pos, seg.end))
+                held_s = self.deps.clock()  # telemetry: time held back by pacing is not synthesis time
                 await self._sender.wait_for_room()
+                seg_tel.held(self.deps.clock() - held_s)  # telemetry
                 if not turn.active:
                     return
         except (EngineDead, EngineStopped) as exc:
@@ -528,6 +562,7 @@ class CallSession:
         finally:
             turn.streams.discard(stream)
             stream.close()
+            seg_tel.end()  # telemetry
 
     # ------------------------------------------------------------------ release
 
@@ -550,21 +585,23 @@ class CallSession:
         turn = frame.turn
         self._in_underrun = False
         self._playing = turn
+        # NOTE: account for the frame before awaiting the write: the producer may decide the turn is done
+        # (no frame pending) while this write is in progress.
         turn.pending_frames -= 1
+        end_ms = action.pts_ms + s.frame_ms
+        turn.last_pts_end_ms = end_ms
+        if not frame.silence and not frame.fade_out:
+            turn.audio_frames += 1
+            if turn.first_audio_s is None:
+                turn.first_audio_s = self.deps.clock()
+            turn.released_pos = max(turn.released_pos, frame.text_pos)
         await self.write(pb.ServerEvent(audio=pb.AudioFrame(
             payload=frame.payload, seq=action.seq, pts_ms=action.pts_ms, duration_ms=s.frame_ms,
             turn_id=turn.turn_id, silence=frame.silence,
         )))
-        end_ms = action.pts_ms + s.frame_ms
-        turn.last_pts_end_ms = end_ms
         if frame.fade_out:
             await self._send_cleared(turn)
             return
-        if not frame.silence:
-            turn.audio_frames += 1
-            if turn.first_audio_s is None:
-                turn.first_audio_s = self.deps.clock()
-        turn.released_pos = max(turn.released_pos, frame.text_pos)
         for name in turn.due_marks(None if frame.last else turn.released_pos):
             await self.write(pb.ServerEvent(mark_reached=pb.MarkReached(name=name, turn_id=turn.turn_id, pts_ms=end_ms)))
         if frame.last:
@@ -582,6 +619,7 @@ class CallSession:
         if turn.first_audio_s is not None and turn.trigger_s is not None:
             ttfa_ms = max(0.0, (turn.first_audio_s - turn.trigger_s) * 1000.0)
             self.ttfa_ms.append(ttfa_ms)
+        self.tel.turn_done(turn)  # telemetry
         await self.write(pb.ServerEvent(turn_done=pb.TurnDone(
             turn_id=turn.turn_id, ttfa_ms=int(round(ttfa_ms)), audio_ms=turn.audio_frames * self.settings.frame_ms,
             underruns=turn.underruns, late_chunks=turn.late_chunks, chunks=turn.chunks,

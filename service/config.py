@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import types
 import typing
@@ -37,7 +38,10 @@ class ServerConfig:
     max_connection_idle_ms: int = 300_000
     max_connection_age_ms: int = 1_800_000
     max_connection_age_grace_ms: int = 330_000
+    max_metadata_bytes: int = 8_192  # request headers (bearer token included); larger ones are refused
     reflection: bool = True  # gRPC reflection on the serving port
+    admin_port: int = 0  # plaintext port with health + reflection only (probes when the main port is mTLS); 0 = none
+    admin_host: str = "127.0.0.1"
     worker_threads: int = 2  # thread pool for the frontend (text → ids) off the event loop
 
 
@@ -97,6 +101,28 @@ class TelemetryConfig:
 
 
 @dataclass
+class TenantLimits:
+    """One tenant's limits (security.tenants.NAME); 0 means no limit."""
+
+    max_calls: int = 0  # concurrent Converse/Synthesize calls of this tenant; beyond: RESOURCE_EXHAUSTED
+    max_text_chars_per_min: int = 0  # characters of text accepted per minute (bucket, bursts of one minute)
+    methods: list[str] = field(default_factory=list)  # Tts methods allowed (empty = all); others PERMISSION_DENIED
+
+
+@dataclass
+class SecurityConfig:
+    """TLS, bearer-token authentication and per-tenant limits (reliability survey §4); see service/security.py."""
+
+    tls_cert_file: str = ""  # PEM certificate chain; with tls_key_file set, the serving port speaks TLS only
+    tls_key_file: str = ""
+    tls_client_ca_file: str = ""  # PEM CA bundle: clients must present a certificate it signed (mutual TLS)
+    auth: bool = False  # require `authorization: Bearer <token>` on the Tts methods (health stays open)
+    tokens_file: str = ""  # TENANT=TOKEN lines (a mounted Secret); re-read when it changes
+    tokens_env: str = "VOXPOOL_TOKENS"  # environment variable with TENANT=TOKEN entries, comma or newline separated
+    tenants: dict[str, TenantLimits] = field(default_factory=dict)  # "default" applies to tenants not listed
+
+
+@dataclass
 class ServiceConfig:
     """The whole tree; each component reads its own part."""
 
@@ -106,6 +132,7 @@ class ServiceConfig:
     voice: VoiceConfig = field(default_factory=VoiceConfig)
     frontend: FrontendConfig = field(default_factory=FrontendConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
     engine: dict[str, Any] = field(default_factory=dict)  # engine.EngineConfig fields (device, weights, max_slots, ...)
 
 
@@ -118,7 +145,16 @@ def _coerce(value: Any, typ: Any, where: str) -> Any:
     if origin in (dict, Mapping) or typ is dict:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a mapping")
+        args = typing.get_args(typ)
+        if len(args) == 2 and dataclasses.is_dataclass(args[1]):  # e.g. tenants: {name: TenantLimits}
+            return {str(k): _coerce(v, args[1], f"{where}.{k}") for k, v in value.items()}
         return dict(value)
+    if origin is list:
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        (item_type,) = typing.get_args(typ) or (Any,)
+        return [_coerce(v, item_type, f"{where}[{i}]") for i, v in enumerate(items)]
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(typ) if a is not type(None)]
         return None if value is None else _coerce(value, args[0], where)
@@ -193,6 +229,11 @@ def load_config(path: str | Path | None = None, environ: Mapping[str, str] | Non
             raise ConfigError(f"config file {p} must hold a mapping at the top level")
         data = dict(loaded)
     data = _merge(data, env_overrides(os.environ if environ is None else environ))
+    return config_from_dict(data)
+
+
+def config_from_dict(data: Mapping[str, Any]) -> ServiceConfig:
+    """A validated tree from nested mappings shaped like the YAML file (missing keys keep their defaults)."""
     cfg = _build(ServiceConfig, data, "")
     validate(cfg)
     return cfg
@@ -223,3 +264,30 @@ def validate(cfg: ServiceConfig) -> None:
         raise ConfigError(f"engine: {exc}") from None
     if cfg.limits.max_delta_chars > cfg.limits.max_buffered_chars:
         raise ConfigError("limits.max_delta_chars must not exceed limits.max_buffered_chars")
+    # telemetry (service/telemetry)
+    if not isinstance(logging.getLevelName(str(cfg.telemetry.log_level).upper()), int):
+        raise ConfigError(f"telemetry.log_level: {cfg.telemetry.log_level!r} is not one of DEBUG, INFO, WARNING, ERROR")
+    if not 0 <= cfg.telemetry.metrics_port < 65536:
+        raise ConfigError(f"telemetry.metrics_port: {cfg.telemetry.metrics_port} is not a port number (0 = no metrics)")
+    if cfg.telemetry.metrics_port and cfg.telemetry.metrics_port == cfg.server.port:
+        raise ConfigError("telemetry.metrics_port must differ from server.port")
+    _validate_security(cfg)
+
+
+def _validate_security(cfg: ServiceConfig) -> None:
+    sec = cfg.security
+    if bool(sec.tls_cert_file) != bool(sec.tls_key_file):
+        raise ConfigError("security.tls_cert_file and security.tls_key_file must be set together (or both left empty)")
+    if sec.tls_client_ca_file and not sec.tls_cert_file:
+        raise ConfigError("security.tls_client_ca_file (mutual TLS) needs security.tls_cert_file and tls_key_file")
+    if cfg.server.admin_port and cfg.server.admin_port == cfg.server.port:
+        raise ConfigError("server.admin_port must differ from server.port (the admin port is plaintext)")
+    from protos.voxpool.v1 import tts_pb2
+
+    methods = set(tts_pb2.DESCRIPTOR.services_by_name["Tts"].methods_by_name)
+    for name, limits in sec.tenants.items():
+        if limits.max_calls < 0 or limits.max_text_chars_per_min < 0:
+            raise ConfigError(f"security.tenants.{name}: limits must be >= 0 (0 = no limit)")
+        unknown = sorted(set(limits.methods) - methods)
+        if unknown:
+            raise ConfigError(f"security.tenants.{name}.methods: unknown method(s) {unknown}; known: {sorted(methods)}")

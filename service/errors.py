@@ -55,6 +55,8 @@ class Internal(ServiceError):
 
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """The gRPC status and client-facing message for any exception raised while serving a call (the one table)."""
+    from google.protobuf.message import DecodeError
+
     from engine import errors as eng
     from models.frontend.pipeline import FrontendError
 
@@ -68,6 +70,8 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         (eng.InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT, None),
         (eng.RequestFailed, grpc.StatusCode.INTERNAL, "synthesis failed for this segment"),
         (FrontendError, grpc.StatusCode.INVALID_ARGUMENT, None),
+        # a client message that does not parse (corrupt wire bytes, invalid UTF-8 in a string field)
+        (DecodeError, grpc.StatusCode.INVALID_ARGUMENT, "a message could not be parsed: send valid protobuf with UTF-8 text"),
     ]
     for cls, code, message in table:
         if isinstance(exc, cls):

@@ -15,13 +15,17 @@ from grpc_reflection.v1alpha import reflection
 from engine.async_engine import AsyncEngine
 from engine.config import EngineConfig
 from engine.core import Health as EngineHealth
-from models.frontend.pipeline import MandarinFrontend
+from models.frontend.normalize import NormalizeOptions
+from models.frontend.pipeline import FrontendOptions, MandarinFrontend
 from protos.voxpool.v1 import tts_pb2, tts_pb2_grpc
 from service.admission import Admission
 from service.call import CallDeps
 from service.config import ServiceConfig
+from service.errors import Unavailable
 from service.health import Health
+from service.security import admin_server, build_interceptors, server_credentials, tenant_call_limit
 from service.servicer import TtsServicer, voice_entries
+from service.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +44,7 @@ def server_options(cfg: ServiceConfig) -> list[tuple[str, int]]:
         ("grpc.max_connection_idle_ms", s.max_connection_idle_ms),
         ("grpc.max_connection_age_ms", s.max_connection_age_ms),
         ("grpc.max_connection_age_grace_ms", s.max_connection_age_grace_ms),
+        ("grpc.max_metadata_size", s.max_metadata_bytes),
         ("grpc.so_reuseport", 0),
     ]
 
@@ -47,35 +52,53 @@ def server_options(cfg: ServiceConfig) -> list[tuple[str, int]]:
 class VoxpoolServer:
     """One process's server: owns the engine, the gRPC server, health and admission."""
 
-    def __init__(self, cfg: ServiceConfig, engine: AsyncEngine, voices: dict[str, Any]):
+    def __init__(self, cfg: ServiceConfig, engine: AsyncEngine, voices: dict[str, Any],
+                 telemetry: Telemetry | None = None):
         self.cfg = cfg
         self.engine = engine
         self.health = Health()
-        self.admission = Admission(cfg.server.max_calls, cfg.server.retry_after_ms)
+        self.admission = Admission(cfg.server.max_calls, cfg.server.retry_after_ms,
+                                   tenant_max_calls=tenant_call_limit(cfg.security))
+        # telemetry: spans when OTEL_* variables ask for them, metrics when telemetry.metrics_port > 0
+        self.telemetry = telemetry if telemetry is not None else Telemetry(cfg.telemetry)
+        self.telemetry.bind_server(lambda: self.admission.active, cfg.server.max_calls)
+        self.telemetry.attach_engine(engine)
         self.executor = ThreadPoolExecutor(max_workers=cfg.server.worker_threads, thread_name_prefix="frontend")
-        self.frontend = MandarinFrontend()
+        self.frontend = MandarinFrontend(FrontendOptions(normalize=NormalizeOptions(one_as_yao=cfg.frontend.one_as_yao)))
         self.deps = CallDeps(
             engine=engine, frontend=self.frontend, executor=self.executor,
-            voices=voice_entries(voices, cfg.voice.default), cfg=cfg,
+            voices=voice_entries(voices, cfg.voice.default), cfg=cfg, telemetry=self.telemetry,
         )
         self.servicer = TtsServicer(self.deps, self.admission)
-        self.server = grpc.aio.server(options=server_options(cfg))
+        # security: bearer tokens, tenant limits and malformed-request answers (service/security.py)
+        self.server = grpc.aio.server(options=server_options(cfg), interceptors=build_interceptors(cfg))
         tts_pb2_grpc.add_TtsServicer_to_server(self.servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health.servicer, self.server)
+        names = (
+            tts_pb2.DESCRIPTOR.services_by_name["Tts"].full_name,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        )
         if cfg.server.reflection:
-            names = (
-                tts_pb2.DESCRIPTOR.services_by_name["Tts"].full_name,
-                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                reflection.SERVICE_NAME,
-            )
             reflection.enable_server_reflection(names, self.server)
+        self.admin = admin_server(cfg, self.health.servicer, names)  # health + reflection, plaintext; or None
+        self.admin_port = 0
         self.port = 0
         self._monitor: asyncio.Task | None = None
         self._stopped = asyncio.Event()
 
     async def start(self) -> int:
         """Bind, warm up the frontend and the engine, then admit calls; returns the bound port."""
-        self.port = self.server.add_insecure_port(f"{self.cfg.server.host}:{self.cfg.server.port}")
+        address = f"{self.cfg.server.host}:{self.cfg.server.port}"
+        credentials = server_credentials(self.cfg.security)  # TLS / mutual TLS when configured
+        if credentials is not None:
+            self.port = self.server.add_secure_port(address, credentials)
+        else:
+            self.port = self.server.add_insecure_port(address)
+        if self.admin is not None:
+            self.admin_port = self.admin.add_insecure_port(f"{self.cfg.server.admin_host}:{self.cfg.server.admin_port}")
+            await self.admin.start()
+        await self.telemetry.start(self.cfg.server.host)  # telemetry: /metrics endpoint
         await self.health.starting()
         await self.server.start()
         loop = asyncio.get_running_loop()
@@ -93,6 +116,8 @@ class VoxpoolServer:
             if self.engine.health() is not EngineHealth.SERVING and not self._stopped.is_set():
                 self.admission.close()
                 await self.health.engine_died()
+                for call in list(self.servicer.calls):  # no call waits for an engine that is gone
+                    call.abort(Unavailable("the synthesis engine stopped; retry on another server"))
                 return
 
     @property
@@ -122,7 +147,10 @@ class VoxpoolServer:
         if self._monitor is not None:
             self._monitor.cancel()
         await self.server.stop(grace_s)
+        if self.admin is not None:
+            await self.admin.stop(0)
         await self.engine.stop()
+        await self.telemetry.stop()  # telemetry: close /metrics, flush spans
         self.executor.shutdown(wait=False, cancel_futures=True)
 
     async def wait_stopped(self) -> None:
@@ -157,7 +185,7 @@ def engine_config(cfg: ServiceConfig, voices: tuple[str, ...] | None = None) -> 
     return EngineConfig.from_dict(data)
 
 
-async def serve(cfg: ServiceConfig) -> int:
+async def serve(cfg: ServiceConfig, backend: str = "engine") -> int:
     """Run until SIGTERM/SIGINT, then drain; exit code 0 when every call finished in the grace period."""
     loop = asyncio.get_running_loop()
     extra = [n for n in cfg.engine.get("voices") or [] if n != cfg.voice.default]
@@ -165,7 +193,7 @@ async def serve(cfg: ServiceConfig) -> int:
     voices = await loop.run_in_executor(None, load_voices, cfg, names)
     default = next(iter(voices))  # the default voice, under its own name (it may have been given as a folder)
     cfg.voice.default = default
-    engine = AsyncEngine.from_config(engine_config(cfg, tuple(voices)), voices=voices)
+    engine = AsyncEngine.from_config(engine_config(cfg, tuple(voices)), voices=voices, backend=backend)
     server = VoxpoolServer(cfg, engine, voices)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -178,6 +206,6 @@ async def serve(cfg: ServiceConfig) -> int:
     return 0
 
 
-def run_server(cfg: ServiceConfig) -> int:
-    """Blocking entry point for `voxpool serve`."""
-    return asyncio.run(serve(cfg))
+def run_server(cfg: ServiceConfig, backend: str = "engine") -> int:
+    """Blocking entry point for `voxpool serve`; `backend` naive|non_incremental serves a baseline (benchmarks)."""
+    return asyncio.run(serve(cfg, backend))

@@ -10,13 +10,16 @@ from typing import Any, AsyncIterator
 
 import grpc
 
+from models.frontend.normalize import NormalizeOptions
 from models.frontend.pipeline import FrontendError
 from protos.voxpool.v1 import tts_pb2 as pb
 from protos.voxpool.v1 import tts_pb2_grpc
 from service.admission import Admission
 from service.call import CallDeps, CallSession
 from service.errors import InvalidArgument, ServiceError, status_for
+from service.security import before_refusal, current_tenant
 from service.session import spans_from_proto
+from service.telemetry import traced_call
 
 log = logging.getLogger(__name__)
 _ids = itertools.count(1)
@@ -24,6 +27,15 @@ _ids = itertools.count(1)
 
 def _session_id() -> str:
     return f"{os.getpid():x}-{next(_ids)}"
+
+
+def _set_status(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
+    """The call's final status from the one table, sent by grpc when the handler returns."""
+    code, message = status_for(exc)
+    if isinstance(exc, ServiceError) and exc.retry_after_ms is not None:
+        context.set_trailing_metadata((("grpc-retry-pushback-ms", str(exc.retry_after_ms)),))
+    context.set_code(code)
+    context.set_details(message)
 
 
 async def _abort(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
@@ -55,20 +67,21 @@ class TtsServicer(tts_pb2_grpc.TtsServicer):
                 log.exception("call %s failed", session.session_id)
             else:
                 log.info("call %s ended: %s %s", session.session_id, code.name, exc)
-            await _abort(context, exc)
+            # reliability: set the status and return instead of awaiting abort(): a client that stopped reading
+            # holds the status behind its unread frames until it reads or goes away, and the handler (its slot,
+            # its state) must not wait for that; grpc sends the status once the handler has returned
+            _set_status(context, exc)
         finally:
             self.calls.discard(session)
 
+    @traced_call("Converse")  # telemetry: server span, call metrics, end-of-call log
     async def Converse(self, request_iterator: AsyncIterator[pb.ClientEvent], context: grpc.aio.ServicerContext) -> None:
         try:
-            slot = self.admission.acquire()
+            slot = self.admission.acquire(current_tenant())
         except ServiceError as exc:
-            # NOTE: give the client's first write a moment to land before the trailers: Python aio clients
-            # that are still writing when the call ends report INTERNAL instead of our status.
-            try:
-                await asyncio.wait_for(request_iterator.__aiter__().__anext__(), timeout=0.02)
-            except (asyncio.TimeoutError, StopAsyncIteration, grpc.RpcError):
-                pass
+            # NOTE: let the client's writes land (<= 20 ms) before the trailers: Python aio clients that are
+            # still writing when the call ends report INTERNAL instead of our status (grpc/grpc#36066).
+            await before_refusal(request_iterator)
             await _abort(context, exc)
             return
         try:
@@ -77,9 +90,10 @@ class TtsServicer(tts_pb2_grpc.TtsServicer):
         finally:
             slot.release()
 
+    @traced_call("Synthesize")  # telemetry
     async def Synthesize(self, request: pb.SynthesizeRequest, context: grpc.aio.ServicerContext) -> None:
         try:
-            slot = self.admission.acquire()
+            slot = self.admission.acquire(current_tenant())
         except ServiceError as exc:
             await _abort(context, exc)
             return
@@ -141,11 +155,13 @@ class TtsServicer(tts_pb2_grpc.TtsServicer):
         except InvalidArgument as exc:
             await _abort(context, exc)
             raise
+        options = NormalizeOptions(one_as_yao=request.normalization.one_as_yao
+                                   if request.normalization.HasField("one_as_yao") else self.deps.cfg.frontend.one_as_yao)
         loop = asyncio.get_running_loop()
         try:
             result = await loop.run_in_executor(
                 self.deps.executor,
-                lambda: self.deps.frontend.to_ids(request.text, spans, dict(request.lexicon) or None),
+                lambda: self.deps.frontend_for(options).to_ids(request.text, spans, dict(request.lexicon) or None),
             )
         except FrontendError as exc:
             await _abort(context, InvalidArgument(str(exc)))

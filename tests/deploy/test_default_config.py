@@ -125,7 +125,8 @@ def test_no_call_outlives_the_drain():
 
 @pytest.mark.parametrize("slots", ["8", "64"])
 def test_env_overrides_apply_on_top_of_the_file(slots):
-    env = {"VOXPOOL__SERVER__MAX_CALLS": slots, "VOXPOOL__ENGINE__MAX_SLOTS": slots, "VOXPOOL__ENGINE__DEVICE": "cuda"}
+    env = {"VOXPOOL__SERVER__MAX_CALLS": slots, "VOXPOOL__ENGINE__MAX_SLOTS": slots, "VOXPOOL__ENGINE__DEVICE": "cuda",
+           "VOXPOOL__ENGINE__WEIGHTS": "fp32"}  # as the gpu overlay sets them
     cfg = load_config(CONFIG, environ=env)
     assert cfg.server.max_calls == int(slots)
     assert EngineConfig.from_dict(cfg.engine).max_slots == int(slots)

@@ -63,3 +63,12 @@ async def test_bad_config(tiny_server, first, code, needle):
             await collect(stub.Converse(iter([first, end_event()])))
     assert err.value.code() == code
     assert needle in err.value.details()
+
+
+async def test_normalize_options_per_request(tiny_server):
+    async with stub_for(tiny_server.port) as stub:
+        yao = await stub.Normalize(pb.NormalizeRequest(text="验证码是1234"))
+        yi = await stub.Normalize(pb.NormalizeRequest(
+            text="验证码是1234", normalization=pb.NormalizationOptions(one_as_yao=False)))
+    assert "幺二三四" in yao.normalized_text
+    assert "一二三四" in yi.normalized_text

@@ -1,0 +1,411 @@
+"""Transport and caller security: TLS credentials, bearer-token auth interceptor, per-tenant limits, admin port."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hashlib
+import hmac
+import inspect
+import logging
+import math
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Mapping, Sequence
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from service.config import ConfigError, SecurityConfig, ServiceConfig, TenantLimits
+from service.errors import Overloaded
+
+log = logging.getLogger(__name__)
+
+HEALTH_PREFIX = "/grpc.health.v1.Health/"  # open without a token: probes cannot send one
+TTS_PREFIX = "/voxpool.v1.Tts/"
+MIN_TOKEN_CHARS = 16
+_TENANT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_REFUSAL_WAIT_S = 0.02
+_NEXT_WRITE_WAIT_S = 0.005
+_tenant: contextvars.ContextVar[str] = contextvars.ContextVar("voxpool_tenant", default="")
+
+
+def current_tenant() -> str:
+    """The authenticated tenant of the RPC being served ('' when authentication is off)."""
+    return _tenant.get()
+
+
+# ---------------------------------------------------------------------- TLS
+
+
+def _read_pem(path: str, key: str) -> bytes:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"security.{key}: cannot read {path}: {exc.strerror or exc}") from None
+    if b"-----BEGIN " not in data:
+        raise ConfigError(f"security.{key}: {path} is not a PEM file")
+    return data
+
+
+def server_credentials(sec: SecurityConfig) -> grpc.ServerCredentials | None:
+    """TLS credentials for the serving port (None = plaintext); mutual TLS when a client CA is configured."""
+    if not sec.tls_cert_file:
+        return None
+    chain = _read_pem(sec.tls_cert_file, "tls_cert_file")
+    key = _read_pem(sec.tls_key_file, "tls_key_file")
+    client_ca = _read_pem(sec.tls_client_ca_file, "tls_client_ca_file") if sec.tls_client_ca_file else None
+    return grpc.ssl_server_credentials(
+        [(key, chain)], root_certificates=client_ca, require_client_auth=client_ca is not None
+    )
+
+
+# ---------------------------------------------------------------------- tokens
+
+
+def parse_tokens(text: str, source: str) -> list[tuple[str, str]]:
+    """`TENANT=TOKEN` entries separated by newlines or commas ('#' starts a comment line) → [(tenant, token)].
+
+    Error messages name the source, the entry number and the tenant, never the token.
+    """
+    out: list[tuple[str, str]] = []
+    entries = [e.strip() for line in text.splitlines() if not line.lstrip().startswith("#") for e in line.split(",")]
+    for n, entry in enumerate((e for e in entries if e), start=1):
+        tenant, sep, token = entry.partition("=")
+        tenant, token = tenant.strip(), token.strip()
+        if not sep or not token:
+            raise ConfigError(f"{source}: entry {n} is not TENANT=TOKEN")
+        if not _TENANT_NAME.match(tenant):
+            raise ConfigError(f"{source}: entry {n}: tenant name must be 1-64 of A-Z a-z 0-9 _ . -")
+        if len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token) or not token.isascii():
+            raise ConfigError(
+                f"{source}: entry {n} (tenant {tenant}): a token needs at least {MIN_TOKEN_CHARS} ASCII characters "
+                "and no spaces"
+            )
+        out.append((tenant, token))
+    return out
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
+class TokenStore:
+    """Bearer tokens → tenant. Keeps SHA-256 digests only; a lookup compares against every entry in constant time.
+
+    Tokens come from an environment variable (read once) and a file (re-read when its mtime or size
+    changes, checked at most every `check_interval_s`: rotate by rewriting the mounted Secret).
+    """
+
+    def __init__(self, file: str = "", env_var: str = "", environ: Mapping[str, str] | None = None,
+                 check_interval_s: float = 1.0, clock: Callable[[], float] = time.monotonic):
+        environ = os.environ if environ is None else environ
+        env = parse_tokens(environ.get(env_var, ""), f"${env_var}") if env_var else []
+        self._env = [(tenant, _digest(token)) for tenant, token in env]  # digests only, even for reloads
+        self._file = Path(file) if file else None
+        self._file_sig: tuple[int, int] | None = None
+        self._check_interval_s = check_interval_s
+        self._clock = clock
+        self._next_check_s = 0.0
+        self._digests: list[tuple[bytes, str]] = []
+        self._load(strict=True)
+
+    def _load(self, strict: bool) -> None:
+        entries = list(self._env)
+        if self._file is not None:
+            try:
+                st = self._file.stat()
+                sig = (st.st_mtime_ns, st.st_size)
+                if sig == self._file_sig and not strict:
+                    return
+                text = self._file.read_text(encoding="utf-8")
+                entries += [(t, _digest(k)) for t, k in parse_tokens(text, f"security.tokens_file {self._file}")]
+            except (OSError, UnicodeDecodeError, ConfigError) as exc:
+                if strict:
+                    raise ConfigError(f"security.tokens_file: cannot load {self._file}: {exc}") from None
+                log.warning("token file %s could not be reloaded (%s); keeping the previous tokens",
+                            self._file, type(exc).__name__)
+                return
+            self._file_sig = sig
+        digests: dict[bytes, str] = {}
+        for tenant, d in entries:
+            if digests.get(d, tenant) != tenant:
+                raise ConfigError(f"the same token is given to tenants {digests[d]} and {tenant}")
+            digests[d] = tenant
+        self._digests = list(digests.items())
+        if not strict:
+            log.info("token file reloaded: %d token(s) for %d tenant(s)", len(self), len(self.tenants))
+
+    def _maybe_reload(self) -> None:
+        if self._file is None:
+            return
+        now = self._clock()
+        if now < self._next_check_s:
+            return
+        self._next_check_s = now + self._check_interval_s
+        self._load(strict=False)
+
+    def tenant_for(self, token: str) -> str | None:
+        """The tenant this token belongs to, or None."""
+        self._maybe_reload()
+        presented = _digest(token)
+        found: str | None = None
+        for known, tenant in self._digests:  # no early exit: the time does not depend on which entry matches
+            if hmac.compare_digest(presented, known) and found is None:
+                found = tenant
+        return found
+
+    @property
+    def tenants(self) -> set[str]:
+        """Tenant names that hold at least one token."""
+        return {t for _, t in self._digests}
+
+    def __len__(self) -> int:
+        return len(self._digests)
+
+    def __repr__(self) -> str:  # never the tokens or their digests
+        return f"TokenStore({len(self)} tokens, {len(self.tenants)} tenants)"
+
+
+# ---------------------------------------------------------------------- tenant limits
+
+
+def limits_for(tenants: Mapping[str, TenantLimits], tenant: str) -> TenantLimits:
+    """A tenant's limits: its own entry, else the entry named "default", else no limits."""
+    return tenants.get(tenant) or tenants.get("default") or TenantLimits()
+
+
+def tenant_call_limit(sec: SecurityConfig) -> Callable[[str], int]:
+    """tenant → most concurrent calls (0 = no limit), for service.admission.Admission."""
+    return lambda tenant: limits_for(sec.tenants, tenant).max_calls if tenant else 0
+
+
+class TextRate:
+    """Per-tenant text rate: a bucket of `max_text_chars_per_min` characters, refilled continuously."""
+
+    def __init__(self, tenants: Mapping[str, TenantLimits], clock: Callable[[], float] = time.monotonic):
+        self._tenants = tenants
+        self._clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # tenant → (characters left, clock reading)
+
+    def take(self, tenant: str, chars: int) -> None:
+        """Spend `chars` of the tenant's budget, or raise Overloaded (nothing is spent then)."""
+        per_min = limits_for(self._tenants, tenant).max_text_chars_per_min if tenant else 0
+        if not per_min or chars <= 0:
+            return
+        now = self._clock()
+        left, last = self._buckets.get(tenant, (float(per_min), now))
+        left = min(float(per_min), left + (now - last) * per_min / 60.0)
+        if chars > left:
+            self._buckets[tenant] = (left, now)
+            wait_ms = math.ceil((min(chars, per_min) - left) * 60_000.0 / per_min)
+            raise Overloaded(
+                f"tenant {tenant} is over its text rate of {per_min} characters per minute; "
+                f"retry after the delay in grpc-retry-pushback-ms",
+                retry_after_ms=max(1, min(60_000, wait_ms)),
+            )
+        self._buckets[tenant] = (left - chars, now)
+
+
+# ---------------------------------------------------------------------- interceptor
+
+_FACTORIES = {
+    (False, False): ("unary_unary", grpc.unary_unary_rpc_method_handler),
+    (False, True): ("unary_stream", grpc.unary_stream_rpc_method_handler),
+    (True, False): ("stream_unary", grpc.stream_unary_rpc_method_handler),
+    (True, True): ("stream_stream", grpc.stream_stream_rpc_method_handler),
+}
+
+
+class _Malformed:
+    """A request message that did not parse (kept so the handler can answer INVALID_ARGUMENT)."""
+
+    def __init__(self, error: str):
+        self.error = error
+
+
+def _lenient(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserializer is None:
+        return None
+
+    def parse(raw: bytes) -> Any:
+        try:
+            return deserializer(raw)
+        except DecodeError as exc:
+            return _Malformed(str(exc))
+
+    return parse
+
+
+async def before_refusal(request_iterator: Any, budget_s: float = _REFUSAL_WAIT_S) -> None:
+    """Read (and drop) what the client is sending, until it half-closes or `budget_s` passes.
+
+    Python aio clients whose write is still in flight when the call ends report INTERNAL "Internal error
+    from Core" instead of the server's status (grpc/grpc#36066); letting their writes land first keeps the
+    refusal's real status (RESOURCE_EXHAUSTED, UNAVAILABLE, UNAUTHENTICATED) visible to them.
+    """
+    it = request_iterator.__aiter__()
+    loop = asyncio.get_running_loop()
+    end = loop.time() + budget_s
+    wait_s = budget_s  # for the first message; then only for writes already on their way
+    try:
+        while (left := end - loop.time()) > 0:
+            await asyncio.wait_for(it.__anext__(), timeout=min(left, wait_s))
+            wait_s = _NEXT_WRITE_WAIT_S
+    except (TimeoutError, StopAsyncIteration, grpc.RpcError, DecodeError):
+        pass
+
+
+def _rebuild(handler: grpc.RpcMethodHandler, behavior: Callable[..., Any],
+             request_deserializer: Callable[[bytes], Any] | None = None) -> grpc.RpcMethodHandler:
+    _, factory = _FACTORIES[(handler.request_streaming, handler.response_streaming)]
+    return factory(behavior, request_deserializer=request_deserializer or handler.request_deserializer,
+                   response_serializer=handler.response_serializer)
+
+
+def _denial(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str,
+            trailing: Sequence[tuple[str, str]] = ()) -> grpc.RpcMethodHandler:
+    """A handler of the same cardinality that refuses the call before any work."""
+
+    async def deny(request: Any, context: grpc.aio.ServicerContext) -> None:
+        if handler.request_streaming:
+            await before_refusal(request)
+        if trailing:
+            context.set_trailing_metadata(tuple(trailing))
+        await context.abort(code, message)
+
+    return _rebuild(handler, deny)
+
+
+class SecurityInterceptor(grpc.aio.ServerInterceptor):
+    """Bearer-token authentication, per-tenant method permissions and text rate, and malformed-request answers.
+
+    Health is always open. When `tokens` is None (security.auth off) every caller is anonymous (tenant '')
+    and only the malformed-request guard applies. The caller's tenant is visible to the handler through
+    `current_tenant()` (admission counts per-tenant calls with it).
+    """
+
+    def __init__(self, sec: SecurityConfig, tokens: TokenStore | None, clock: Callable[[], float] = time.monotonic):
+        self.sec = sec
+        self.tokens = tokens
+        self.text_rate = TextRate(sec.tenants, clock)
+
+    def _authenticate(self, method: str, metadata: Sequence[Any]) -> tuple[str | None, grpc.StatusCode | None, str]:
+        """(tenant, refusal code or None, refusal message)."""
+        values = [m.value for m in metadata if m.key == "authorization"]
+        if not values:
+            return (None, grpc.StatusCode.UNAUTHENTICATED,
+                    "missing credentials: send metadata authorization: Bearer <token>")
+        scheme, _, token = str(values[0]).strip().partition(" ")
+        if len(values) > 1 or scheme.lower() != "bearer" or not token.strip():
+            return None, grpc.StatusCode.UNAUTHENTICATED, "malformed credentials: send authorization: Bearer <token>"
+        tenant = self.tokens.tenant_for(token.strip()) if self.tokens is not None else None
+        if tenant is None:
+            return None, grpc.StatusCode.UNAUTHENTICATED, "invalid bearer token"
+        allowed = limits_for(self.sec.tenants, tenant).methods
+        short = method.rsplit("/", 1)[-1]
+        if allowed and (not method.startswith(TTS_PREFIX) or short not in allowed):
+            return tenant, grpc.StatusCode.PERMISSION_DENIED, f"tenant {tenant} may not call {short}"
+        return tenant, None, ""
+
+    async def intercept_service(self, continuation: Callable[[Any], Awaitable[grpc.RpcMethodHandler | None]],
+                                handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or method.startswith(HEALTH_PREFIX):
+            return handler
+        tenant = ""
+        if self.tokens is not None:
+            found, code, message = self._authenticate(method, handler_call_details.invocation_metadata or ())
+            if code is not None:
+                log.info("refused %s: %s (tenant %s)", method, code.name, found or "unknown")
+                return _denial(handler, code, message)
+            tenant = found or ""
+        if not method.startswith(TTS_PREFIX):
+            return handler
+        return self._guarded(handler, tenant)
+
+    def _count_text(self, tenant: str, event: Any) -> None:
+        text = getattr(event, "text", None)
+        if isinstance(text, str):  # SynthesizeRequest.text
+            self.text_rate.take(tenant, len(text))
+        elif text is not None and hasattr(event, "WhichOneof") and event.WhichOneof("event") == "text":
+            self.text_rate.take(tenant, len(text.text))
+
+    def _guarded(self, handler: grpc.RpcMethodHandler, tenant: str) -> grpc.RpcMethodHandler:
+        attr, _ = _FACTORIES[(handler.request_streaming, handler.response_streaming)]
+        behavior = getattr(handler, attr)
+        if not (inspect.iscoroutinefunction(behavior) or inspect.isasyncgenfunction(behavior)):
+            return handler  # the Tts servicer is async; nothing else is registered under its name
+
+        async def requests(request_iterator: Any) -> Any:
+            async for event in request_iterator:
+                self._count_text(tenant, event)  # raises Overloaded: the call ends RESOURCE_EXHAUSTED
+                yield event
+
+        text_limited = bool(tenant and limits_for(self.sec.tenants, tenant).max_text_chars_per_min)
+
+        async def prepare(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            _tenant.set(tenant)
+            if handler.request_streaming:
+                return requests(request) if text_limited else request
+            if isinstance(request, _Malformed):
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                    f"the request could not be parsed: {request.error}")
+            try:
+                self._count_text(tenant, request)
+            except Overloaded as exc:
+                context.set_trailing_metadata((("grpc-retry-pushback-ms", str(exc.retry_after_ms)),))
+                await context.abort(exc.code, exc.message)
+            return request
+
+        if inspect.isasyncgenfunction(behavior):
+            async def wrapped_gen(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                request = await prepare(request, context)
+                async for response in behavior(request, context):
+                    yield response
+
+            wrapped: Callable[..., Any] = wrapped_gen
+        else:
+            async def wrapped_coro(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                request = await prepare(request, context)
+                return await behavior(request, context)
+
+            wrapped = wrapped_coro
+        lenient = None if handler.request_streaming else _lenient(handler.request_deserializer)
+        return _rebuild(handler, wrapped, lenient)
+
+
+def build_interceptors(cfg: ServiceConfig,
+                       environ: Mapping[str, str] | None = None) -> list[grpc.aio.ServerInterceptor]:
+    """The server's interceptors; raises ConfigError when auth is on and no token is configured (fail closed)."""
+    sec = cfg.security
+    tokens = None
+    if sec.auth:
+        tokens = TokenStore(sec.tokens_file, sec.tokens_env, environ)
+        if not len(tokens):
+            raise ConfigError(
+                f"security.auth is on but no token is configured: set security.tokens_file or ${sec.tokens_env}"
+            )
+        if not sec.tls_cert_file:
+            log.warning("bearer tokens travel in plaintext: enable TLS (security.tls_cert_file) or a mesh with mTLS")
+        log.info("authentication on: %d token(s) for %d tenant(s)", len(tokens), len(tokens.tenants))
+    return [SecurityInterceptor(sec, tokens)]
+
+
+# ---------------------------------------------------------------------- admin port
+
+
+def admin_server(cfg: ServiceConfig, health_servicer: Any, service_names: Sequence[str]) -> grpc.aio.Server | None:
+    """A plaintext server with health and reflection only, for probes and debugging (None when admin_port is 0)."""
+    if not cfg.server.admin_port:
+        return None
+    from grpc_health.v1 import health_pb2_grpc
+    from grpc_reflection.v1alpha import reflection
+
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 8192)])
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(tuple(service_names), server)
+    return server

@@ -1,0 +1,1 @@
+"""Reliability suite: overload, client and engine faults, drain, soak, hostile input, security."""
