@@ -51,8 +51,9 @@ class TorchRunner:
             dt = getattr(torch, config.dtype)
             acoustic = acoustic.to(dt)
             vocoder = vocoder.to(dt)
-        self.acoustic = acoustic.to(self.device).eval()
-        self.vocoder = vocoder.to(self.device).eval()
+        with _ENCODER_LOCK:  # .to()/.eval() refresh nn.LSTM's flat weights: not while a baseline worker encodes
+            self.acoustic = acoustic.to(self.device).eval()
+            self.vocoder = vocoder.to(self.device).eval()
         self.spec = voice.stream_spec
         c = self.acoustic.config
         self.r = c.reduction_factor
