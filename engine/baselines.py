@@ -1,8 +1,8 @@
 """Benchmark baselines with the engine's API and models: `naive` (a thread per request) and `non_incremental`.
 
 * ``naive``: every request gets its own worker thread running the streaming pipeline alone (batch 1): the same
-  chunking, look-ahead and cross-fade as the engine, but no batching across requests; concurrent requests
-  compete for the CPU/GPU through torch's thread pool.
+  chunking, look-ahead and cross-fade as the engine, but no batching across requests; each worker runs torch
+  with one intra-op thread and the OS spreads the workers over the cores.
 * ``non_incremental``: the incremental-TTS paper's twin. One thread works in rounds: the requests that arrived
   during the previous round are batched (up to max_slots), their whole utterances are decoded, post-netted and
   vocoded together, and each request's audio is returned as one chunk at the end of the round.
@@ -114,8 +114,11 @@ class NaiveBackend(_Baseline):
 
     def __init__(self, config: EngineConfig, runners: Mapping[str, TorchRunner], observers: Iterable[EngineObserver] = ()):
         super().__init__(config, runners, observers)
+        # one intra-op thread per worker: concurrent workers spread over the cores instead of running competing
+        # OpenMP teams (measured, 2-core CPU: 4 streams 100 % chunks on time vs 98.5 % with 2 threads each)
         self._solo_config = dataclasses.replace(
-            config, max_slots=1, max_waiting=0, max_vocode_wait_ms=0.0, min_vocode_batch=1, cuda_graphs=False
+            config, max_slots=1, max_waiting=0, max_vocode_wait_ms=0.0, min_vocode_batch=1, cuda_graphs=False,
+            num_threads=1,
         )
         self._workers: dict[str, EngineCore] = {}
 
@@ -250,6 +253,8 @@ class NonIncrementalBackend(_Baseline):
 
     def _main(self) -> None:
         try:
+            for runner in self.runners.values():
+                runner.enter_thread()  # the round thread is this backend's engine thread
             while True:
                 with self._lock:
                     self._lock.wait_for(lambda: self._inbox or self._state in ("stopped", "dead"))

@@ -274,8 +274,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point."""
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from engine.threads import serial_torch
     from models.frontend import MandarinFrontend
     from models.voices.bundle import load_voice
+
+    serial_torch()  # the engine thread alone runs parallel torch work (engine/threads.py)
 
     overrides = json.loads(args.engine) if args.engine else {}
     config = EngineConfig.from_dict({

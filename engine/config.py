@@ -19,7 +19,7 @@ class EngineConfig:
     device: str = "cpu"  # cpu | cuda | cuda:N
     dtype: str = "float32"  # activations/state dtype: float32 | bfloat16 | float16 (CUDA)
     weights: str = "int8"  # load_voice weight path: int8 (CPU fast path; docs/benchmarks.md) | fp32 | bf16; CUDA: not int8
-    num_threads: int = 0  # torch intra-op threads for the engine thread; 0 leaves torch's default
+    num_threads: int = 0  # torch intra-op threads of the engine thread; 0 = every core of the affinity mask (engine/threads.py)
     voices: tuple[str, ...] = ("baker-zh",)  # voices loaded by AsyncEngine.from_config
     cuda_graphs: bool = True  # CUDA only: capture the decoder step / vocoder chunk per power-of-two batch bucket
     cuda_graph_max_batch: int = 64  # largest captured bucket; bigger batches run eagerly

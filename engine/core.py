@@ -246,6 +246,8 @@ class EngineCore:
 
     def _main(self) -> None:
         try:
+            for runner in self.runners.values():
+                runner.enter_thread()
             if self._warmup:
                 for runner in self.runners.values():
                     runner.warmup()

@@ -60,5 +60,8 @@ class ModuleRunner(Protocol):
     def release(self, slot: int) -> None:
         """Forget the slot's request (state and mel buffer)."""
 
+    def enter_thread(self) -> None:
+        """Called first on the engine thread: claim the thread's compute resources (engine/threads.py)."""
+
     def warmup(self) -> None:
         """Run each module once so the first request does not pay for lazy initialisation."""

@@ -14,6 +14,7 @@ from engine.config import EngineConfig
 from engine.errors import InvalidRequest
 from engine.modules import DecodeRows, VocodeJob
 from engine.scheduler import VoiceTiming
+from engine.threads import claim_engine_thread, serial_torch
 from models.tacotron2 import DecodeOutput, DecoderState, Tacotron2, Tacotron2InputError
 from models.vocoder_stream import StreamJoiner, mel_window, vocode_windows
 
@@ -41,6 +42,7 @@ class TorchRunner:
     """
 
     def __init__(self, name: str, voice: "Voice", config: EngineConfig) -> None:
+        serial_torch()  # set-up runs on the caller's thread, which must not own an OpenMP team (engine/threads.py)
         self.voice = name
         self.bundle = voice  # the loaded models (baselines build their own runners from it)
         self.config = config
@@ -280,6 +282,10 @@ class TorchRunner:
         self.lengths[slot] = 0
         self.row_finished[slot] = True
 
+    def enter_thread(self) -> None:
+        """On the engine thread, first: this thread alone runs torch with `num_threads` intra-op threads."""
+        claim_engine_thread(self.config.num_threads)
+
     def warmup(self) -> None:
         """Encode, decode and vocode one short dummy request in slot 0 (and capture CUDA graphs)."""
         ids = [min(i + 1, self.n_symbols - 1) for i in range(min(8, self.max_input_len))]
@@ -298,9 +304,11 @@ class TorchRunner:
 
 
 def build_runners(config: EngineConfig, voices: Mapping[str, "Voice"] | None = None) -> dict[str, TorchRunner]:
-    """One TorchRunner per voice; loads config.voices with load_voice when `voices` is None."""
-    if config.num_threads > 0:
-        torch.set_num_threads(config.num_threads)
+    """One TorchRunner per voice; loads config.voices with load_voice when `voices` is None.
+
+    The calling thread runs torch serially from here on; the engine thread takes `config.num_threads`.
+    """
+    serial_torch()
     if voices is None:
         from models.voices.bundle import load_voice
 

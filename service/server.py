@@ -163,6 +163,9 @@ def load_voices(cfg: ServiceConfig, names: tuple[str, ...]) -> dict[str, Any]:
     from models.voices.install import INSTALLABLE, install_voice
     from models.voices.registry import VoiceNotFound, find_voice
 
+    from engine.threads import serial_torch
+
+    serial_torch()  # this loader thread must not own an OpenMP team: the engine thread runs torch (engine/threads.py)
     ecfg = engine_config(cfg)
     out = {}
     for name in names:

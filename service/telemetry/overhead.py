@@ -240,9 +240,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     calls_log.propagate = False
     calls_log.addHandler(make_handler(True, io.StringIO()))
 
+    from engine.threads import serial_torch
     from models.frontend import MandarinFrontend
     from models.voices.bundle import load_voice
 
+    serial_torch()  # the engine thread alone runs parallel torch work (engine/threads.py)
     config = EngineConfig.from_dict({"device": args.device, "weights": args.weights, "voices": [args.voice],
                                      "max_slots": max(8, args.concurrency), "num_threads": args.threads})
     frontend = MandarinFrontend()

@@ -57,6 +57,7 @@ class FakeRunner:
         self.released: list[int] = []
         self.lock = threading.Lock()
         self.warmed = False
+        self.thread_name: str | None = None  # the thread enter_thread() ran on
 
     def _call(self, module: str, slots: Sequence[int]) -> None:
         with self.lock:
@@ -66,6 +67,9 @@ class FakeRunner:
         pred = self.fail.get(module)
         if pred is not None and pred(slots):
             raise RuntimeError(f"injected {module} failure")
+
+    def enter_thread(self) -> None:
+        self.thread_name = threading.current_thread().name
 
     def warmup(self) -> None:
         self.warmed = True

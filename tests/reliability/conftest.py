@@ -460,6 +460,9 @@ class FaultyRunner:
     def release(self, slot):
         return self._inner.release(slot)
 
+    def enter_thread(self):
+        return self._inner.enter_thread()
+
     def warmup(self):
         return self._inner.warmup()
 

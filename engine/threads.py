@@ -1,0 +1,40 @@
+"""Which threads run parallel torch work: the engine thread, and no other thread of the process.
+
+Measured on the 2-core CPU VM (torch 2.13 CPU build, GNU OpenMP): GNU OpenMP keeps one worker team per thread
+that ever ran a parallel region, and the team stays for the thread's life. Once a second thread had run a
+single 2-thread matmul, every 2-thread op on the engine thread got slower for good: one MB-MelGAN window
+(57 frames) took 24.6 ms instead of 10.9 ms, a batch-16 decoder step 4.7 ms instead of 2.2 ms. The
+remedy is a rule: threads that load voices, build runners or touch tensors for any other reason run torch
+with one thread (no team), and the engine thread alone takes `num_threads`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+
+def available_cores() -> int:
+    """CPUs this process may run on (its affinity mask, which a container's cpuset narrows)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def serial_torch() -> None:
+    """Run torch on the calling thread with one thread: it will never own an OpenMP team.
+
+    Call it first thing in any thread that touches tensors but is not an engine thread (voice loading,
+    runner set-up, the event loop). Idempotent.
+    """
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+
+
+def claim_engine_thread(num_threads: int) -> int:
+    """Give the calling (engine) thread `num_threads` intra-op threads (0: every available core); returns it."""
+    n = num_threads if num_threads > 0 else available_cores()
+    torch.set_num_threads(n)
+    return n
