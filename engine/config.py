@@ -32,17 +32,21 @@ class EngineConfig:
     max_encode_per_iteration: int = 4  # newcomers encoded per iteration (bounds the stall of running streams)
     max_decode_batch: int = 0  # 0 = max_slots
     max_vocode_batch: int = 16  # chunks vocoded in one batched call
+    max_vocode_frames_per_iteration: int = 128  # mel frames vocoded per iteration (the most urgent chunk always goes)
     prenet_dropout: bool = True  # Tacotron2 prenet dropout at inference (as trained); masks depend on (seed, step)
-    decode_steps_per_iteration: int = 1  # decoder steps per batched decode call (cancel is noticed between calls)
+    decode_steps_per_iteration: int = 1  # fewest decoder steps per batched decode call (cancel is noticed between calls)
+    max_decode_steps_per_iteration: int = 8  # catch-up: after a long iteration the decoder runs up to this many steps
+    decode_pace: float = 2.0  # decoder steps per call keep mel this many times faster than playback (scheduler.py)
     window_bucket_frames: int = 8  # vocoder windows are right-padded to a multiple of this (fewer shapes)
 
     # --- chunking
     first_chunk_frames: int = 16  # 200 ms at hop 300 / 24 kHz: short first chunk for a low TTFA
     chunk_frames: int = 24  # later chunks (300 ms)
-    max_chunk_frames: int = 48  # a request that fell behind is vocoded in chunks of up to this many frames
+    max_chunk_frames: int = 96  # later chunks grow (chunk_frames·2^k) up to this when the decoder is ahead
 
     # --- streaming-aware scheduling (engine/scheduler.py)
-    urgency_margin_ms: float = 500.0  # urgent when buffered audio < next chunk + this margin
+    urgency_margin_ms: float = 200.0  # urgent when buffered audio < next chunk + this margin
+    max_ramping_streams: int = 4  # first chunks wait while this many streams have sent < 3 chunks (0 = no limit)
     max_vocode_wait_ms: float = 150.0  # a non-urgent ready chunk waits at most this long for a bigger batch
     min_vocode_batch: int = 4  # non-urgent chunks alone are vocoded once this many are ready (or the wait expires)
 
@@ -72,19 +76,25 @@ class EngineConfig:
         if base == "cuda" and self.weights == "int8":
             raise ValueError("engine.weights=int8 is the CPU fast path; on CUDA set engine.weights to fp32 or bf16")
         positive = (
-            "max_slots", "max_encode_per_iteration", "max_vocode_batch", "decode_steps_per_iteration",
+            "max_slots", "max_encode_per_iteration", "max_vocode_batch", "max_vocode_frames_per_iteration",
+            "decode_steps_per_iteration",
+            "max_decode_steps_per_iteration",
             "window_bucket_frames", "first_chunk_frames", "chunk_frames", "max_chunk_frames",
             "min_vocode_batch", "max_consecutive_failures", "cuda_graph_max_batch",
         )
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"engine.{name}={getattr(self, name)}: must be >= 1")
-        for name in ("max_waiting", "max_decode_batch", "num_threads"):
+        for name in ("max_waiting", "max_decode_batch", "num_threads", "max_ramping_streams"):
             if getattr(self, name) < 0:
                 raise ValueError(f"engine.{name}={getattr(self, name)}: must be >= 0")
+        if self.decode_pace <= 0:
+            raise ValueError(f"engine.decode_pace={self.decode_pace}: must be > 0 (2 = mel twice as fast as playback)")
         for name in ("urgency_margin_ms", "max_vocode_wait_ms", "max_unread_audio_ms", "stalled_consumer_timeout_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"engine.{name}={getattr(self, name)}: must be >= 0")
+        if self.max_decode_steps_per_iteration < self.decode_steps_per_iteration:
+            raise ValueError("engine.max_decode_steps_per_iteration must be >= decode_steps_per_iteration")
         if self.max_chunk_frames < max(self.first_chunk_frames, self.chunk_frames):
             raise ValueError("engine.max_chunk_frames must be >= first_chunk_frames and chunk_frames")
         if not self.voices:

@@ -312,7 +312,7 @@ class EngineCore:
                 ),
             )
         failed_before = self._counters.failed_batches
-        encode_n = decode_n = vocode_n = 0
+        encode_n = decode_n = vocode_n = decode_steps = 0
 
         t0 = now_s()
         decode_sets = {voice: list(rows) for voice, rows in plan.decode.items()}
@@ -326,7 +326,9 @@ class EngineCore:
         for voice, requests in decode_sets.items():
             if requests:
                 requests.sort(key=lambda r: r.slot)
-                self._run_decode(voice, requests)
+                steps = plan.decode_steps.get(voice, self.config.decode_steps_per_iteration)
+                self._run_decode(voice, requests, steps)
+                decode_steps = max(decode_steps, steps)
                 decode_n += len(requests)
         t2 = now_s()
         decoder_busy = any(r.status is Status.DECODING for r in self.pool.active())
@@ -356,7 +358,7 @@ class EngineCore:
                 encode_batch=encode_n,
                 decode_batch=decode_n,
                 vocode_batch=vocode_n,
-                decode_steps=self.config.decode_steps_per_iteration if decode_n else 0,
+                decode_steps=decode_steps,
                 encode_s=t1 - t0,
                 decode_s=t2 - t1,
                 vocode_s=t3 - t2,
@@ -393,9 +395,8 @@ class EngineCore:
             request.timings.encoded_s = t
         return requests
 
-    def _run_decode(self, voice: str, requests: list[Request]) -> None:
+    def _run_decode(self, voice: str, requests: list[Request], steps: int) -> None:
         runner = self.runners[voice]
-        steps = self.config.decode_steps_per_iteration
         try:
             rows = runner.decode([r.slot for r in requests], steps, self.config.prenet_dropout)
         except Exception as exc:  # noqa: BLE001

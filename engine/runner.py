@@ -74,7 +74,7 @@ class TorchRunner:
         self.state_dtype = self.acoustic.embedding.weight.dtype
         self.vocoder_dtype = next(self.vocoder.parameters()).dtype
         cap = config.max_slots
-        steps_cap = c.max_decoder_steps + config.decode_steps_per_iteration
+        steps_cap = c.max_decoder_steps + config.max_decode_steps_per_iteration
         self.max_frames = steps_cap * self.r + self.ctx + self.spec.right_context_frames + config.max_chunk_frames
         with torch.inference_mode():
             self.state = DecoderState.allocate(c, cap, c.max_input_len, device=self.device, dtype=self.state_dtype)
@@ -85,6 +85,11 @@ class TorchRunner:
         self.lengths = np.zeros(cap, np.int64)  # input ids per slot
         self.row_finished = np.ones(cap, bool)  # host mirror of state.finished (free and drained rows: True)
         self.joiners: dict[int, StreamJoiner] = {}
+        sizes, n = {config.first_chunk_frames, config.max_chunk_frames}, config.chunk_frames
+        while n < config.max_chunk_frames:
+            sizes.add(n)
+            n *= 2
+        self._centres = tuple(sorted(sizes))
         self.graphs = None
         if self.device.type == "cuda" and config.cuda_graphs:
             from engine.cuda_graphs import CudaGraphs
@@ -218,8 +223,17 @@ class TorchRunner:
             self.mel_after[slot, first:end] = after[i, first - lo : end - lo]
             self.after_ready[slot] = end
 
+    def _centre_bucket(self, frames: int) -> int:
+        """Window centre for a batch whose longest chunk has `frames` frames: the smallest configured chunk size
+        that holds it (first_chunk_frames, chunk_frames·2^k, max_chunk_frames), else a window_bucket_frames
+        multiple. Chunks shorter than their centre are widened by reflection; few centres, few kernel shapes."""
+        for size in self._centres:
+            if size >= frames:
+                return size
+        return bucket_up(frames, self.config.window_bucket_frames)
+
     def vocode(self, jobs: Sequence[VocodeJob]) -> list[np.ndarray]:
-        """Postnet + vocoder for each job's frames: one postnet call, one vocoder call per window-edge group."""
+        """Postnet + vocoder for each job's frames: one postnet call, one vocoder call per window-centre group."""
         out: list[np.ndarray | None] = [None] * len(jobs)
         live = [i for i, j in enumerate(jobs) if j.end_frame > j.start_frame]
         for i, job in enumerate(jobs):
@@ -233,37 +247,43 @@ class TorchRunner:
         hop = spec.hop_samples
         with torch.inference_mode():
             self._postnet([jobs[i] for i in live])
-            centre = bucket_up(max(jobs[i].end_frame - jobs[i].start_frame for i in live), self.config.window_bucket_frames)
-            windows, pads_l, pads_r = [], [], []
+            groups: dict[int, list[int]] = {}  # window centre → jobs: a short chunk is not padded to a long one
+            for i in live:
+                groups.setdefault(self._centre_bucket(jobs[i].end_frame - jobs[i].start_frame), []).append(i)
+            vocoder = self.graphs.vocoder if self.graphs is not None else self.vocoder
+            audio_of: dict[int, torch.Tensor] = {}
+            for centre, members in sorted(groups.items()):
+                windows, pads_l, pads_r = [], [], []
+                for i in members:
+                    job = jobs[i]
+                    t = job.end_frame - job.start_frame
+                    if job.utterance_frames is not None:  # the stream ended: reflect past its end, pads marked
+                        mel = self.mel_after[job.slot, : job.utterance_frames]
+                        win = mel_window(mel, job.start_frame, centre, spec, stream_ended=True)
+                        frames = win.frames
+                    else:  # running stream: exact window for the real centre, widened past R by reflection
+                        mel = self.mel_after[job.slot, : int(self.after_ready[job.slot])]
+                        win = mel_window(mel, job.start_frame, t, spec, stream_ended=False)
+                        frames = reflect_extend(win.frames, centre - t)
+                    windows.append(frames)
+                    pads_l.append(win.left_pad_frames)
+                    pads_r.append(win.right_pad_frames)
+                batch = torch.stack(windows).to(self.vocoder_dtype)
+                audio = vocode_windows(vocoder, batch, spec, pads_l, pads_r)
+                for row, i in enumerate(members):
+                    audio_of[i] = audio[row]
+            pieces = []
             for i in live:
                 job = jobs[i]
                 t = job.end_frame - job.start_frame
-                if job.utterance_frames is not None:  # the stream ended: reflect past its end, pads marked
-                    mel = self.mel_after[job.slot, : job.utterance_frames]
-                    win = mel_window(mel, job.start_frame, centre, spec, stream_ended=True)
-                    frames = win.frames
-                else:  # running stream: exact window for the real centre, widened past R by reflection
-                    mel = self.mel_after[job.slot, : int(self.after_ready[job.slot])]
-                    win = mel_window(mel, job.start_frame, t, spec, stream_ended=False)
-                    frames = reflect_extend(win.frames, centre - t)
-                windows.append(frames)
-                pads_l.append(win.left_pad_frames)
-                pads_r.append(win.right_pad_frames)
-            batch = torch.stack(windows).to(self.vocoder_dtype)
-            vocoder = self.graphs.vocoder if self.graphs is not None else self.vocoder
-            audio = vocode_windows(vocoder, batch, spec, pads_l, pads_r)
-            pieces = []
-            for row, i in enumerate(live):
-                job = jobs[i]
-                t = job.end_frame - job.start_frame
                 joiner = self.joiners[job.slot]
-                piece = joiner.join(audio[row, : t * hop + spec.crossfade_samples], centre_samples=t * hop, final=job.last)
+                piece = joiner.join(audio_of[i][: t * hop + spec.crossfade_samples], centre_samples=t * hop, final=job.last)
                 if job.last:
                     self.joiners.pop(job.slot, None)
                 pieces.append(piece)
             host = torch.cat(pieces).float().cpu().numpy()
         offset = 0
-        for row, i in enumerate(live):
+        for i in live:
             n = (jobs[i].end_frame - jobs[i].start_frame) * hop
             out[i] = host[offset : offset + n]
             offset += n

@@ -8,16 +8,28 @@ Policy (also in docs/engine.md):
   never stall, as in VoxServe's online scheduler). Non-streaming requests are never urgent.
 * **Encode.** Admitted requests are encoded oldest first, at most `max_encode_per_iteration` per iteration,
   so a burst of newcomers cannot stall the decoder step of running streams for long.
-* **Decode.** Every decoding request takes one batched decoder call per iteration
-  (`decode_steps_per_iteration` steps). If there are more than `max_decode_batch`, urgent ones go first,
-  then the ones with the least buffered audio; the rest wait one iteration.
-* **Vocode.** A request has a *ready chunk* when enough mel is decided: `first_chunk_frames` (then
-  `chunk_frames`) frames plus the look-ahead the postnet and vocoder need for exact audio, or the rest of the
-  utterance once its decoder stopped. Ready chunks of urgent requests are always vocoded this iteration
-  (earliest playback deadline first), and non-urgent ready chunks ride along in the same batch up to
-  `max_vocode_batch`. When no urgent chunk is ready, non-urgent chunks wait so the batch grows, but only
-  while the decoder still has work, until `min_vocode_batch` are ready, and never longer than
-  `max_vocode_wait_ms`.
+* **Decode.** Every decoding request takes one batched decoder call per iteration. Its number of steps keeps
+  the mel ahead of playback: ceil(`decode_pace` · time since the previous call / audio per step), twice
+  that while a stream is young (fewer than RAMP_CHUNKS chunks sent) or new, at least
+  `decode_steps_per_iteration`, at most `max_decode_steps_per_iteration` (an iteration that vocoded takes
+  tens of ms; one step after it would let every stream fall behind). If there are more than
+  `max_decode_batch`, urgent ones go first, then the ones with the least buffered audio; the rest wait one
+  iteration.
+* **Chunks.** A request has a *ready chunk* when enough mel is decided, counting the look-ahead the postnet
+  and vocoder need for exact audio: `first_chunk_frames` for the first, then the largest of
+  `chunk_frames`·2^k (up to `max_chunk_frames`: 24, 48, 96 by default) that is covered, or the rest of the
+  utterance once its decoder stopped. Few sizes mean few vocoder shapes (engine/threads.py).
+* **Vocode.** Urgent ready chunks are vocoded at once (no audio yet first, then least buffered). A chunk
+  that is not urgent goes early only if it is *efficient* (full size or the utterance's last: the
+  vocoder's context frames cost least per frame of audio); such chunks ride along with urgent ones, or
+  go when `min_vocode_batch` are ready, when one waited `max_vocode_wait_ms`, or when the decoder is idle.
+  A smaller non-urgent chunk waits until it is urgent (by then more mel is decided and it is bigger) or
+  the decoder is idle. One iteration vocodes at most `max_vocode_frames_per_iteration` frames (the most
+  urgent chunk always goes), so the decoder of every stream waits for at most one bounded vocoder call.
+* **Staggered starts.** While `max_ramping_streams` streams have sent fewer than RAMP_CHUNKS chunks
+  (their buffers are thin), further first chunks wait: a burst of new calls starts a few at a time, each
+  with enough lead to stay on time, instead of all at once and all late. A held first chunk grows with
+  the mel decoded meanwhile.
 * **Back-pressure.** A request whose stream holds more than `max_unread_audio_ms` of unread audio is not
   scheduled (it keeps its slot); after `stalled_consumer_timeout_ms` paused it fails with ConsumerStalled.
 * **Sleep.** When nothing is runnable the scheduler returns the earliest time something can change
@@ -28,6 +40,7 @@ Counts of urgent requests, deferred chunks and skipped decode rows go to telemet
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -35,7 +48,8 @@ from engine.config import EngineConfig
 from engine.pool import RequestPool
 from engine.request import Request, Status
 
-PAUSED_RECHECK_S = 0.02  # how often a paused (unread-audio) stream is re-checked while nothing else runs
+PAUSED_RECHECK_S = 0.02
+RAMP_CHUNKS = 3  # a stream that sent fewer chunks has almost no buffer: the decoder runs at twice decode_pace  # how often a paused (unread-audio) stream is re-checked while nothing else runs
 
 
 @dataclass(frozen=True)
@@ -75,6 +89,7 @@ class Plan:
 
     encode: dict[str, list[Request]] = field(default_factory=dict)
     decode: dict[str, list[Request]] = field(default_factory=dict)
+    decode_steps: dict[str, int] = field(default_factory=dict)  # steps of this iteration's decoder call, per voice
     stalled: list[Request] = field(default_factory=list)
     urgent: int = 0
     skipped_decode: int = 0
@@ -113,6 +128,27 @@ class Scheduler:
         self.config = config
         self.timings = timings
         self._unread_ms = unread_ms
+        self._last_decode_s: dict[str, float] = {}  # when each voice's previous decoder call was planned
+
+    def decode_steps(self, voice: str, now: float, ramping: bool = False) -> int:
+        """Decoder steps for this iteration's call: enough to keep pace with playback since the previous call.
+
+        A step yields r frames (r·frame_s of audio). After an iteration that also vocoded (tens of ms), one
+        step would fall behind real time for every stream, so the decoder catches up with
+        ceil(decode_pace · elapsed / step duration) steps, between decode_steps_per_iteration and
+        max_decode_steps_per_iteration: at decode_pace 2 a stream's mel runs ahead of its playback, so its
+        next chunks are ready before its buffer drains and later chunks grow to full size.
+        """
+        cfg = self.config
+        vt = self.timings[voice]
+        last = self._last_decode_s.get(voice)
+        self._last_decode_s[voice] = now
+        if last is None:
+            return cfg.decode_steps_per_iteration
+        step_s = vt.frame_s * vt.reduction_factor
+        pace = cfg.decode_pace * (2.0 if ramping else 1.0)
+        wanted = math.ceil(pace * (now - last) / step_s - 1e-9)
+        return max(cfg.decode_steps_per_iteration, min(cfg.max_decode_steps_per_iteration, wanted))
 
     # --- per-request predicates
 
@@ -144,8 +180,26 @@ class Scheduler:
         threshold = request.chunk_frames * vt.frame_s + self.config.urgency_margin_ms / 1000.0
         return first + sent_s - threshold
 
+    def chunk_sizes(self, request: Request) -> tuple[int, ...]:
+        """Sizes a later chunk of a running stream may take: chunk_frames·2^k up to max_chunk_frames.
+
+        Few sizes mean few vocoder window shapes (oneDNN keeps compiled kernels per shape, engine/threads.py).
+        """
+        sizes, n = [], request.chunk_frames
+        while n < self.config.max_chunk_frames:
+            sizes.append(n)
+            n *= 2
+        sizes.append(self.config.max_chunk_frames)
+        return tuple(sizes)
+
     def ready_chunk(self, request: Request) -> ChunkJob | None:
-        """The chunk this request could vocode now, or None (not enough decided mel yet)."""
+        """The chunk this request could vocode now, or None (not enough decided mel yet).
+
+        A running stream's chunk is the largest size the decided mel covers (with the look-ahead exact audio
+        needs): first_chunk_frames or a chunk_sizes() size for the first chunk (it is larger only when it
+        was held back and the decoder ran ahead meanwhile), a chunk_sizes() size for later ones. Once the decoder stopped: up to
+        max_chunk_frames at a time, the last chunk taking the whole rest.
+        """
         if request.status not in (Status.DECODING, Status.DRAINING):
             return None
         vt = self.timings[request.voice]
@@ -158,8 +212,8 @@ class Scheduler:
             half = request.chunk_frames // 2
             if start == 0 and remaining > target + half:
                 n = target
-            elif remaining <= self.config.max_chunk_frames + half:
-                n = remaining  # take the whole rest rather than leave a tail shorter than half a chunk
+            elif remaining <= self.config.max_chunk_frames:
+                n = remaining  # the whole rest
             else:
                 n = self.config.max_chunk_frames
             end = start + n
@@ -172,8 +226,13 @@ class Scheduler:
         available = limit - start
         if available < target:
             return None
-        n = target if start == 0 else min(available, self.config.max_chunk_frames)
+        sizes = self.chunk_sizes(request) if start else (request.first_chunk_frames, *self.chunk_sizes(request))
+        n = max(size for size in sizes if size <= available)  # a first chunk held back (staggered start) grows too
         return ChunkJob(request, start, start + n, last=False)
+
+    def efficient(self, job: ChunkJob) -> bool:
+        """A chunk worth vocoding before it is needed: full size (max_chunk_frames) or the utterance's last."""
+        return job.last or job.num_frames >= self.config.max_chunk_frames
 
     # --- the plan
 
@@ -218,55 +277,82 @@ class Scheduler:
             decodable = decodable[: cfg.decode_batch_cap]
         for request in sorted(decodable, key=lambda r: r.slot):
             plan.decode.setdefault(request.voice, []).append(request)
+        for voice in {*plan.decode, *plan.encode}:
+            ramping = bool(plan.encode.get(voice)) or any(
+                r.timings.chunks < RAMP_CHUNKS and r.spec.options.streaming for r in plan.decode.get(voice, ())
+            )
+            plan.decode_steps[voice] = self.decode_steps(voice, now, ramping)
         return plan
 
     def pick_chunks(self, pool: RequestPool, now: float, decoder_busy: bool) -> ChunkPlan:
-        """Pick the chunks to vocode now: urgent ones always, the rest when the batch is worth it or waited enough.
+        """Pick the chunks to vocode now: urgent ones always; others only when efficient, and then lazily.
 
         `decoder_busy`: some request is still decoding, so more chunks will become ready soon (waiting pays).
         """
         cfg = self.config
         out = ChunkPlan()
-        ready: list[ChunkJob] = []
-        urgent: set[int] = set()
+        urgent_jobs: list[ChunkJob] = []
+        efficient_jobs: list[ChunkJob] = []  # not urgent, full-size or last: cheap per frame, fine to do early
+        filler_jobs: list[ChunkJob] = []  # not urgent, smaller: only to fill a batch bucket that runs anyway
         wake: list[float] = []
         for request in self._runnable(pool, now, None):
             job = self.ready_chunk(request)
             if job is None:
                 request.ready_since_s = None
                 continue
-            if request.ready_since_s is None:
-                request.ready_since_s = now
-            ready.append(job)
             if self.is_urgent(request, now):
-                urgent.add(id(request))
+                urgent_jobs.append(job)
+                continue
+            at = self.urgent_at(request)
+            if at is not None:
+                wake.append(at)
+            if self.efficient(job) or not request.spec.options.streaming:
+                if request.ready_since_s is None:
+                    request.ready_since_s = now
+                efficient_jobs.append(job)
             else:
-                at = self.urgent_at(request)
-                if at is not None:
-                    wake.append(at)
-        if not ready:
+                request.ready_since_s = None
+                filler_jobs.append(job)
+        if not (urgent_jobs or efficient_jobs or (filler_jobs and not decoder_busy)):
+            out.wake_at_s = min(wake) if wake else None
             return out
-        urgent_jobs = [j for j in ready if id(j.request) in urgent]
-        other_jobs = [j for j in ready if id(j.request) not in urgent]
         urgent_jobs.sort(key=lambda j: (j.request.emitted_any, self.buffer_s(j.request, now), j.request.timings.submitted_s))
-        other_jobs.sort(key=lambda j: self.buffer_s(j.request, now))
+        if cfg.max_ramping_streams:  # stagger starts: a stream starts only when few others are still ramping up
+            ramping = sum(
+                1 for r in pool.active() if r.emitted_any and r.timings.chunks < RAMP_CHUNKS and r.end_frame is None
+            )
+            room = max(0, cfg.max_ramping_streams - ramping)
+            firsts = [j for j in urgent_jobs if not j.request.emitted_any]
+            held = {id(j) for j in firsts[room:]}
+            if held:
+                out.deferred_chunks += len(held)
+                urgent_jobs = [j for j in urgent_jobs if id(j) not in held]
+                wake.append(now + PAUSED_RECHECK_S)  # re-check even if nothing else wakes the loop
+        efficient_jobs.sort(key=lambda j: self.buffer_s(j.request, now))
+        filler_jobs.sort(key=lambda j: self.buffer_s(j.request, now))
         max_wait_s = cfg.max_vocode_wait_ms / 1000.0
-        oldest = min((j.request.ready_since_s or now) for j in other_jobs) if other_jobs else now
-        take_others = (
+        oldest = min((j.request.ready_since_s or now) for j in efficient_jobs) if efficient_jobs else now
+        take_efficient = (
             bool(urgent_jobs)  # piggyback on a batch that runs anyway
             or not decoder_busy  # nothing else will become ready: waiting gains nothing
-            or len(other_jobs) >= cfg.min_vocode_batch
+            or len(efficient_jobs) >= cfg.min_vocode_batch
             or now - oldest >= max_wait_s
         )
-        chosen = urgent_jobs + (other_jobs if take_others else [])
-        if not take_others:
-            out.deferred_chunks = len(other_jobs)
-            wake.append(oldest + max_wait_s)
+        chosen = urgent_jobs + (efficient_jobs if take_efficient else [])
+        if not take_efficient:
+            out.deferred_chunks += len(efficient_jobs)
+            if efficient_jobs:
+                wake.append(oldest + max_wait_s)
+        if not decoder_busy:  # idle otherwise: everything ready goes
+            chosen += filler_jobs
+        budget = cfg.max_vocode_frames_per_iteration  # bounds the iteration, so the decoder keeps its pace
         for job in chosen:
             jobs = out.vocode.setdefault(job.request.voice, [])
-            if len(jobs) < cfg.max_vocode_batch:
+            if len(jobs) < cfg.max_vocode_batch and (budget >= job.num_frames or not any(out.vocode.values())):
                 jobs.append(job)
+                budget -= job.num_frames
             else:
                 out.deferred_chunks += 1
+        out.vocode = {voice: jobs for voice, jobs in out.vocode.items() if jobs}
         out.wake_at_s = min(wake) if wake else None
         return out

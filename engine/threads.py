@@ -14,6 +14,12 @@ import os
 
 import torch
 
+ONEDNN_CACHE_CAPACITY = 4096  # compiled oneDNN kernels kept (default 1024); read once, at the first kernel
+
+
+def _raise_onednn_cache() -> None:
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_CACHE_CAPACITY))
+
 
 def available_cores() -> int:
     """CPUs this process may run on (its affinity mask, which a container's cpuset narrows)."""
@@ -29,12 +35,14 @@ def serial_torch() -> None:
     Call it first thing in any thread that touches tensors but is not an engine thread (voice loading,
     runner set-up, the event loop). Idempotent.
     """
+    _raise_onednn_cache()
     if torch.get_num_threads() != 1:
         torch.set_num_threads(1)
 
 
 def claim_engine_thread(num_threads: int) -> int:
     """Give the calling (engine) thread `num_threads` intra-op threads (0: every available core); returns it."""
+    _raise_onednn_cache()
     n = num_threads if num_threads > 0 else available_cores()
     torch.set_num_threads(n)
     return n

@@ -50,7 +50,8 @@ async def test_concurrent_chunked_audio_equals_whole_utterance(voice, references
         np.testing.assert_allclose(audio, ref_audio.numpy(), atol=ATOL, rtol=0)
         positions = np.concatenate([c.input_positions for c in chunks])
         np.testing.assert_array_equal(positions[: len(ref_peaks)], ref_peaks.numpy())
-        assert len(chunks[0].samples) == 8 * 16 or len(chunks) == 1
+        # 8 frames, or a larger chunk size when its start was staggered (max_ramping_streams) and mel piled up
+        assert len(chunks[0].samples) in (8 * 16, 12 * 16, 24 * 16) or len(chunks) == 1
         lengths.add(len(audio))
     assert len(lengths) >= 4  # utterances of different lengths joined and left the batch
 

@@ -71,10 +71,15 @@ def test_chunk_needs_lookahead_before_it_is_ready() -> None:
     # frames that the trailing trim could still remove do not count as decided
     decoding(r, decoded=40, decided=16 + 4 - 1)
     assert sched.ready_chunk(r) is None
-    # later chunks: up to max_chunk_frames of what is available
+    # later chunks: the largest of chunk_frames·2^k (24, 48, 96 = max_chunk_frames) that is available
+    assert sched.chunk_sizes(r) == (24, 48, 96)
     decoding(r, decoded=200, emitted=16)
     job = sched.ready_chunk(r)
-    assert (job.start_frame, job.end_frame) == (16, 16 + 48)
+    assert (job.start_frame, job.end_frame) == (16, 16 + 96)
+    decoding(r, decoded=16 + 95 + 7, emitted=16)
+    assert sched.ready_chunk(r).end_frame == 16 + 48  # 95 available: the 48 size
+    decoding(r, decoded=16 + 47 + 7, emitted=16)
+    assert sched.ready_chunk(r).end_frame == 16 + 24
     decoding(r, decoded=16 + 23 + 7, emitted=16)
     assert sched.ready_chunk(r) is None  # 23 < chunk_frames available
 
@@ -96,10 +101,11 @@ def test_finished_request_sends_the_rest_and_a_flush() -> None:
 
 
 def test_non_urgent_chunks_wait_for_a_batch_but_not_forever() -> None:
-    sched, pool, rs = setup(3, min_vocode_batch=3, max_vocode_wait_ms=50.0, urgency_margin_ms=0.0)
+    sched, pool, rs = setup(3, min_vocode_batch=3, max_vocode_wait_ms=50.0, urgency_margin_ms=0.0,
+                            max_vocode_frames_per_iteration=256)
     now = 100.0
     for r in rs[:2]:
-        decoding(r, decoded=200, emitted=16)
+        decoding(r, decoded=200, emitted=16)  # a full-size (96-frame) chunk is ready: efficient to do early
         r.samples_emitted = 5000  # 5 s buffered: not urgent
         r.timings.first_audio_s = now
     decoding(rs[2], decoded=10)  # still decoding, nothing ready
@@ -187,3 +193,67 @@ def test_admission_gate_limits_live_requests() -> None:
     gate.release()
     gate.acquire("c")
     assert gate.count == 2
+
+
+def test_small_non_urgent_chunks_wait_until_urgent_or_idle() -> None:
+    sched, pool, rs = setup(2, urgency_margin_ms=0.0, min_vocode_batch=1, max_vocode_wait_ms=0.0)
+    now = 20.0
+    r, busy = rs
+    decoding(r, decoded=16 + 30 + 7, emitted=16)  # 30 frames available: a 24-frame chunk, not full size
+    r.samples_emitted = 3000  # 3 s sent
+    r.timings.first_audio_s = now
+    decoding(busy, decoded=5)
+    plan = sched.pick_chunks(pool, now, decoder_busy=True)
+    assert plan.empty and plan.wake_at_s == pytest.approx(sched.urgent_at(r))  # waits: later it will be bigger
+    plan = sched.pick_chunks(pool, now + 2.9, decoder_busy=True)  # 0.1 s left < 0.24 s chunk: urgent
+    assert [j.num_frames for j in plan.vocode["v"]] == [24]
+    plan = sched.pick_chunks(pool, now, decoder_busy=False)  # nothing else to do: send it now
+    assert [j.num_frames for j in plan.vocode["v"]] == [24]
+
+
+def test_vocode_frame_budget_bounds_an_iteration() -> None:
+    sched, pool, rs = setup(4, max_vocode_frames_per_iteration=40)
+    now = 5.0
+    for r in rs:
+        decoding(r, decoded=16 + 7)  # first chunks (16 frames) ready, all urgent
+    plan = sched.pick_chunks(pool, now, decoder_busy=True)
+    assert len(plan.vocode["v"]) == 2 and plan.deferred_chunks == 2  # 16 + 16 ≤ 40 < 48
+    sched, pool, rs = setup(1, max_vocode_frames_per_iteration=8)
+    decoding(rs[0], decoded=16 + 7)
+    plan = sched.pick_chunks(pool, now, decoder_busy=True)
+    assert len(plan.vocode["v"]) == 1  # the most urgent chunk always goes
+
+
+def test_decode_steps_keep_pace_with_playback() -> None:
+    # one step = r (2) frames = 20 ms of audio here
+    sched, _, _ = setup(0, decode_pace=2.0, decode_steps_per_iteration=1, max_decode_steps_per_iteration=8)
+    assert sched.decode_steps("v", 1.000) == 1  # first call
+    assert sched.decode_steps("v", 1.005) == 1  # 5 ms later: at least the minimum
+    assert sched.decode_steps("v", 1.045) == 4  # 40 ms: 2 × 40 / 20
+    assert sched.decode_steps("v", 1.085, ramping=True) == 8  # a young stream doubles the pace
+    assert sched.decode_steps("v", 2.000) == 8  # capped
+    with pytest.raises(ValueError, match="max_decode_steps_per_iteration"):
+        EngineConfig(voices=("v",), decode_steps_per_iteration=4, max_decode_steps_per_iteration=2)
+    with pytest.raises(ValueError, match="decode_pace"):
+        EngineConfig(voices=("v",), decode_pace=0)
+
+
+def test_starts_are_staggered_while_streams_ramp_up() -> None:
+    sched, pool, rs = setup(4, max_ramping_streams=2, max_vocode_frames_per_iteration=1000)
+    now = 3.0
+    for r in rs:
+        decoding(r, decoded=16 + 7)
+    ramping = rs[:2]
+    for r in ramping:  # sent their first chunk, not yet three
+        decoding(r, decoded=16 + 7 + 10, emitted=16)
+        r.samples_emitted, r.timings.first_audio_s, r.timings.chunks = 160, now, 1
+    plan = sched.pick_chunks(pool, now, decoder_busy=True)
+    assert all(j.request in ramping for j in plan.vocode.get("v", []))  # new starts wait
+    assert plan.deferred_chunks >= 2
+    ramping[0].timings.chunks = 3  # one stream is past its ramp: one new start may go
+    plan = sched.pick_chunks(pool, now, decoder_busy=True)
+    firsts = [j for j in plan.vocode["v"] if j.start_frame == 0]
+    assert len(firsts) == 1 and firsts[0].request is rs[2]  # oldest first
+    # a held first chunk grows with the mel decoded meanwhile (here to the 48-frame size)
+    decoding(rs[3], decoded=48 + 7)
+    assert sched.ready_chunk(rs[3]).end_frame == 48
