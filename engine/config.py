@@ -46,7 +46,7 @@ class EngineConfig:
 
     # --- streaming-aware scheduling (engine/scheduler.py)
     urgency_margin_ms: float = 200.0  # urgent when buffered audio < next chunk + this margin
-    max_ramping_streams: int = 4  # first chunks wait while this many streams have sent < 3 chunks (0 = no limit)
+    max_ramping_streams: int = 3  # first chunks wait while this many streams have sent < 3 chunks (0 = no limit)
     max_vocode_wait_ms: float = 150.0  # a non-urgent ready chunk waits at most this long for a bigger batch
     min_vocode_batch: int = 4  # non-urgent chunks alone are vocoded once this many are ready (or the wait expires)
 
@@ -58,6 +58,19 @@ class EngineConfig:
     def __post_init__(self) -> None:
         self.voices = tuple(self.voices)
         self.validate()
+
+    def chunk_sizes(self, chunk_frames: int | None = None) -> tuple[int, ...]:
+        """Sizes a later chunk may take: chunk_frames·2^k below max_chunk_frames, then max_chunk_frames.
+
+        `chunk_frames` defaults to this config's (a request may set its own). Few sizes mean few vocoder
+        window shapes (oneDNN builds kernels per shape, engine/threads.py).
+        """
+        sizes, n = [], chunk_frames or self.chunk_frames
+        while n < self.max_chunk_frames:
+            sizes.append(n)
+            n *= 2
+        sizes.append(self.max_chunk_frames)
+        return tuple(sizes)
 
     @property
     def decode_batch_cap(self) -> int:

@@ -85,11 +85,7 @@ class TorchRunner:
         self.lengths = np.zeros(cap, np.int64)  # input ids per slot
         self.row_finished = np.ones(cap, bool)  # host mirror of state.finished (free and drained rows: True)
         self.joiners: dict[int, StreamJoiner] = {}
-        sizes, n = {config.first_chunk_frames, config.max_chunk_frames}, config.chunk_frames
-        while n < config.max_chunk_frames:
-            sizes.add(n)
-            n *= 2
-        self._centres = tuple(sorted(sizes))
+        self._centres = tuple(sorted({config.first_chunk_frames, *config.chunk_sizes()}))  # vocoder window centres
         self.graphs = None
         if self.device.type == "cuda" and config.cuda_graphs:
             from engine.cuda_graphs import CudaGraphs

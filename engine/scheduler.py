@@ -48,8 +48,8 @@ from engine.config import EngineConfig
 from engine.pool import RequestPool
 from engine.request import Request, Status
 
-PAUSED_RECHECK_S = 0.02
-RAMP_CHUNKS = 3  # a stream that sent fewer chunks has almost no buffer: the decoder runs at twice decode_pace  # how often a paused (unread-audio) stream is re-checked while nothing else runs
+PAUSED_RECHECK_S = 0.02  # how often a paused (unread-audio) or held stream is re-checked while nothing else runs
+RAMP_CHUNKS = 3  # a stream that sent fewer chunks is young: thin buffer, decoder at twice decode_pace, starts staggered
 
 
 @dataclass(frozen=True)
@@ -181,24 +181,16 @@ class Scheduler:
         return first + sent_s - threshold
 
     def chunk_sizes(self, request: Request) -> tuple[int, ...]:
-        """Sizes a later chunk of a running stream may take: chunk_frames·2^k up to max_chunk_frames.
-
-        Few sizes mean few vocoder window shapes (oneDNN keeps compiled kernels per shape, engine/threads.py).
-        """
-        sizes, n = [], request.chunk_frames
-        while n < self.config.max_chunk_frames:
-            sizes.append(n)
-            n *= 2
-        sizes.append(self.config.max_chunk_frames)
-        return tuple(sizes)
+        """Sizes a later chunk of this running stream may take (EngineConfig.chunk_sizes)."""
+        return self.config.chunk_sizes(request.chunk_frames)
 
     def ready_chunk(self, request: Request) -> ChunkJob | None:
         """The chunk this request could vocode now, or None (not enough decided mel yet).
 
         A running stream's chunk is the largest size the decided mel covers (with the look-ahead exact audio
-        needs): first_chunk_frames or a chunk_sizes() size for the first chunk (it is larger only when it
-        was held back and the decoder ran ahead meanwhile), a chunk_sizes() size for later ones. Once the decoder stopped: up to
-        max_chunk_frames at a time, the last chunk taking the whole rest.
+        needs): first_chunk_frames or a chunk_sizes() size for the first chunk (larger only when it was held
+        back and the decoder ran ahead meanwhile), a chunk_sizes() size for later ones. Once the decoder
+        stopped: up to max_chunk_frames at a time, the last chunk taking the whole rest.
         """
         if request.status not in (Status.DECODING, Status.DRAINING):
             return None
@@ -293,7 +285,7 @@ class Scheduler:
         out = ChunkPlan()
         urgent_jobs: list[ChunkJob] = []
         efficient_jobs: list[ChunkJob] = []  # not urgent, full-size or last: cheap per frame, fine to do early
-        filler_jobs: list[ChunkJob] = []  # not urgent, smaller: only to fill a batch bucket that runs anyway
+        filler_jobs: list[ChunkJob] = []  # not urgent, smaller: only when the decoder is idle (nothing else to do)
         wake: list[float] = []
         for request in self._runnable(pool, now, None):
             job = self.ready_chunk(request)
