@@ -30,6 +30,7 @@ RTF_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
 CALL_BUCKETS_S = (0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 ITERATION_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+DECODE_STEP_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16)
 QUEUE_BUCKETS_S = (0.0, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 MODULES = ("encode", "decode", "vocode")
 CALL_OUTCOMES = ("ok", "cancelled", "shed", "client_error", "server_error")
@@ -86,6 +87,10 @@ class EngineMetrics:
             "voxpool_engine_queue_seconds", "Engine request: submitted to holding a pool slot",
             buckets=QUEUE_BUCKETS_S, registry=registry,
         )
+        self.decode_steps = Histogram(
+            "voxpool_engine_decode_steps", "Decoder steps in one batched decoder call (catch-up keeps mel ahead)",
+            buckets=DECODE_STEP_BUCKETS, registry=registry,
+        )
         self._module_s = tuple(module_s.labels(m) for m in MODULES)
         self._batch = tuple(batch.labels(m) for m in MODULES)
         self.pool_active = 0
@@ -101,6 +106,8 @@ class EngineMetrics:
             if n:
                 self._batch[i].observe(n)
                 self._module_s[i].observe(seconds)
+        if stats.decode_steps:
+            self.decode_steps.observe(stats.decode_steps)
 
     def on_request_done(self, request_id: str, reason: Any, timings: Any) -> None:
         """Queueing time of every request that got a slot."""
@@ -131,6 +138,9 @@ class _EngineCounters(Collector):
         done.add_metric(["failed"], c.requests_failed)
         yield done
         yield CounterMetricFamily("voxpool_engine_failed_batches", "Module batches that raised", value=c.failed_batches)
+        yield CounterMetricFamily("voxpool_engine_deferred_chunks",
+                                  "Ready chunks left for a later iteration (lazy vocoding, staggered starts, budget)",
+                                  value=c.deferred_chunks)
         in_flight = c.requests_submitted - c.requests_completed - c.requests_cancelled - c.requests_failed
         yield GaugeMetricFamily("voxpool_engine_requests_in_flight", "Requests in the engine (slot or waiting)",
                                 value=max(0, in_flight))

@@ -27,12 +27,13 @@ from tests.service.telemetry_support import (
 HISTOGRAMS = (
     "voxpool_time_to_first_audio_seconds", "voxpool_chunk_lateness_seconds", "voxpool_real_time_factor",
     "voxpool_call_duration_seconds", "voxpool_engine_iteration_seconds", "voxpool_engine_module_seconds",
-    "voxpool_engine_batch_size", "voxpool_engine_queue_seconds",
+    "voxpool_engine_batch_size", "voxpool_engine_queue_seconds", "voxpool_engine_decode_steps",
 )
 COUNTERS = (
     "voxpool_calls", "voxpool_turns", "voxpool_clears", "voxpool_playout_underruns", "voxpool_chunks",
     "voxpool_late_chunks", "voxpool_audio_seconds", "voxpool_dropped_audio_seconds", "voxpool_engine_iterations",
     "voxpool_engine_busy_seconds", "voxpool_engine_requests_submitted", "voxpool_engine_requests_finished",
+    "voxpool_engine_deferred_chunks",
 )
 GAUGES = (
     "voxpool_active_calls", "voxpool_stream_slots", "voxpool_stream_slot_utilization", "voxpool_engine_pool_active",
@@ -110,6 +111,10 @@ async def test_every_metric_is_exposed_and_moves_with_calls():
                 after_one, "voxpool_engine_iterations_total")
             assert sample(after_one, "voxpool_engine_batch_size_count", module="decode") > 0
             assert sample(after_one, "voxpool_engine_batch_size_count", module="vocode") > 0
+            assert sample(after_one, "voxpool_engine_decode_steps_count") == sample(
+                after_one, "voxpool_engine_batch_size_count", module="decode")  # one observation per decoder call
+            assert sample(after_one, "voxpool_engine_decode_steps_sum") >= sample(
+                after_one, "voxpool_engine_decode_steps_count")  # at least one step each
             assert sample(after_one, "voxpool_engine_module_seconds_count", module="encode") >= 1
             assert sample(after_one, "voxpool_engine_queue_seconds_count") >= 1
             await wait_for(lambda: server.engine.counters().requests_completed
