@@ -88,7 +88,7 @@ class EngineMetrics:
             buckets=QUEUE_BUCKETS_S, registry=registry,
         )
         self.decode_steps = Histogram(
-            "voxpool_engine_decode_steps", "Decoder steps in one batched decoder call (catch-up keeps mel ahead)",
+            "voxpool_engine_decode_call_size", "Decoder steps in one batched decoder call (catch-up keeps mel ahead)",
             buckets=DECODE_STEP_BUCKETS, registry=registry,
         )
         self._module_s = tuple(module_s.labels(m) for m in MODULES)

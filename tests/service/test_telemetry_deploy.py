@@ -101,7 +101,7 @@ def test_exported_metrics_follow_the_naming_rules():
     m = Metrics(process_metrics=False)
     m.bind_engine(lambda: SimpleNamespace(**{k: 0 for k in (
         "iterations", "busy_s", "requests_submitted", "requests_completed", "requests_cancelled",
-        "requests_failed", "failed_batches")}), None)
+        "requests_failed", "failed_batches", "deferred_chunks")}), None)
     text = m.exposition().decode()
     for family in text_string_to_metric_families(text):
         if family.type == "counter":

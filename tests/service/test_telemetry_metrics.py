@@ -27,7 +27,7 @@ from tests.service.telemetry_support import (
 HISTOGRAMS = (
     "voxpool_time_to_first_audio_seconds", "voxpool_chunk_lateness_seconds", "voxpool_real_time_factor",
     "voxpool_call_duration_seconds", "voxpool_engine_iteration_seconds", "voxpool_engine_module_seconds",
-    "voxpool_engine_batch_size", "voxpool_engine_queue_seconds", "voxpool_engine_decode_steps",
+    "voxpool_engine_batch_size", "voxpool_engine_queue_seconds", "voxpool_engine_decode_call_size",
 )
 COUNTERS = (
     "voxpool_calls", "voxpool_turns", "voxpool_clears", "voxpool_playout_underruns", "voxpool_chunks",
@@ -111,10 +111,10 @@ async def test_every_metric_is_exposed_and_moves_with_calls():
                 after_one, "voxpool_engine_iterations_total")
             assert sample(after_one, "voxpool_engine_batch_size_count", module="decode") > 0
             assert sample(after_one, "voxpool_engine_batch_size_count", module="vocode") > 0
-            assert sample(after_one, "voxpool_engine_decode_steps_count") == sample(
+            assert sample(after_one, "voxpool_engine_decode_call_size_count") == sample(
                 after_one, "voxpool_engine_batch_size_count", module="decode")  # one observation per decoder call
-            assert sample(after_one, "voxpool_engine_decode_steps_sum") >= sample(
-                after_one, "voxpool_engine_decode_steps_count")  # at least one step each
+            assert sample(after_one, "voxpool_engine_decode_call_size_sum") >= sample(
+                after_one, "voxpool_engine_decode_call_size_count")  # at least one step each
             assert sample(after_one, "voxpool_engine_module_seconds_count", module="encode") >= 1
             assert sample(after_one, "voxpool_engine_queue_seconds_count") >= 1
             await wait_for(lambda: server.engine.counters().requests_completed
