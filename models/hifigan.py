@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.mb_melgan import EmptyMelError
+from models.vocoder_base import ConfiguredVocoder
 
 log = logging.getLogger(__name__)
 
@@ -195,8 +196,10 @@ class ResBlock2(nn.Module):
         return x
 
 
-class HiFiGAN(nn.Module):
+class HiFiGAN(ConfiguredVocoder):
     """Log-mel [B, T, num_mels] (natural log, jik876 recipe) → audio [B, T·hop] in [−1, 1]."""
+
+    config_class = HiFiGANConfig
 
     def __init__(self, config: HiFiGANConfig):
         super().__init__()
@@ -216,21 +219,6 @@ class HiFiGAN(nn.Module):
         )
         self.conv_post = nn.Conv1d(ch0 // 2 ** len(c.upsample_rates), 1, 7, padding=3)
         self.num_kernels = len(c.resblock_kernel_sizes)
-
-    @classmethod
-    def from_config(cls, config: HiFiGANConfig | dict[str, Any]) -> HiFiGAN:
-        """Model with random weights for `config` (a config object or its dict)."""
-        if isinstance(config, dict):
-            config = HiFiGANConfig.from_dict(config)
-        return cls(config)
-
-    @property
-    def hop_samples(self) -> int:
-        return self.config.hop_samples
-
-    @property
-    def min_frames(self) -> int:
-        return self.config.min_frames
 
     def forward(self, mel: torch.Tensor) -> torch.Tensor:
         """mel [B, T, num_mels] → audio [B, T·hop_samples]."""

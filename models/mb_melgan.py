@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.vocoder_base import ConfiguredVocoder
+
 from models.pqmf import PQMFSynthesis
 
 log = logging.getLogger(__name__)
@@ -161,8 +163,10 @@ class ResidualStack(nn.Module):
         return self.shortcut(x) + y
 
 
-class MBMelGAN(nn.Module):
+class MBMelGAN(ConfiguredVocoder):
     """Normalized mel [B, T, num_mels] → 24 kHz audio [B, T·hop] (float path; sub-band quantization optional)."""
+
+    config_class = MBMelGANConfig
 
     def __init__(self, config: MBMelGANConfig):
         super().__init__()
@@ -182,21 +186,6 @@ class MBMelGAN(nn.Module):
             in_ch = out_ch
         self.conv_post = nn.Conv1d(in_ch, c.subbands, c.kernel_size)
         self.pqmf = PQMFSynthesis(c.subbands, c.pqmf_taps, c.pqmf_cutoff_ratio, c.pqmf_beta)
-
-    @classmethod
-    def from_config(cls, config: MBMelGANConfig | dict[str, Any]) -> MBMelGAN:
-        """Model with random weights for `config` (a config object or its dict)."""
-        if isinstance(config, dict):
-            config = MBMelGANConfig.from_dict(config)
-        return cls(config)
-
-    @property
-    def hop_samples(self) -> int:
-        return self.config.hop_samples
-
-    @property
-    def min_frames(self) -> int:
-        return self.config.min_frames
 
     def subbands(self, mel_channels_first: torch.Tensor, subband_quantization: bool = False) -> torch.Tensor:
         """The generator without PQMF and without short-input padding: [B, M, T] → sub-bands [B, K, T·hop/K].
