@@ -12,9 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.vocoder_base import ConfiguredVocoder
-
 from models.pqmf import PQMFSynthesis
+from models.vocoder_base import ConfiguredVocoder
 
 log = logging.getLogger(__name__)
 
