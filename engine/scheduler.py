@@ -29,7 +29,7 @@ Policy (also in docs/engine.md):
 * **Staggered starts.** While `max_ramping_streams` streams have sent fewer than RAMP_CHUNKS chunks
   (their buffers are thin), further first chunks wait: a burst of new calls starts a few at a time, each
   with enough lead to stay on time, instead of all at once and all late. A held first chunk grows with
-  the mel decoded meanwhile.
+  the mel decoded meanwhile; no start is held past MAX_START_HOLD_S after its submission.
 * **Back-pressure.** A request whose stream holds more than `max_unread_audio_ms` of unread audio is not
   scheduled (it keeps its slot); after `stalled_consumer_timeout_ms` paused it fails with ConsumerStalled.
 * **Sleep.** When nothing is runnable the scheduler returns the earliest time something can change
@@ -49,6 +49,7 @@ from engine.pool import RequestPool
 from engine.request import Request, Status
 
 PAUSED_RECHECK_S = 0.02  # how often a paused (unread-audio) or held stream is re-checked while nothing else runs
+MAX_START_HOLD_S = 2.0  # a staggered start waits at most this long after submission, whatever else ramps
 RAMP_CHUNKS = 3  # a stream that sent fewer chunks is young: thin buffer, decoder at twice decode_pace, starts staggered
 
 
@@ -315,7 +316,7 @@ class Scheduler:
             )
             room = max(0, cfg.max_ramping_streams - ramping)
             firsts = [j for j in urgent_jobs if not j.request.emitted_any]
-            held = {id(j) for j in firsts[room:]}
+            held = {id(j) for j in firsts[room:] if now - j.request.timings.submitted_s < MAX_START_HOLD_S}
             if held:
                 out.deferred_chunks += len(held)
                 urgent_jobs = [j for j in urgent_jobs if id(j) not in held]

@@ -240,7 +240,7 @@ def test_decode_steps_keep_pace_with_playback() -> None:
 
 def test_starts_are_staggered_while_streams_ramp_up() -> None:
     sched, pool, rs = setup(4, max_ramping_streams=2, max_vocode_frames_per_iteration=1000)
-    now = 3.0
+    now = 0.5  # submitted at ~0: within MAX_START_HOLD_S
     for r in rs:
         decoding(r, decoded=16 + 7)
     ramping = rs[:2]
@@ -254,6 +254,9 @@ def test_starts_are_staggered_while_streams_ramp_up() -> None:
     plan = sched.pick_chunks(pool, now, decoder_busy=True)
     firsts = [j for j in plan.vocode["v"] if j.start_frame == 0]
     assert len(firsts) == 1 and firsts[0].request is rs[2]  # oldest first
+    ramping[0].timings.chunks = 1
+    plan = sched.pick_chunks(pool, now + 2.5, decoder_busy=True)  # held past MAX_START_HOLD_S: both go
+    assert {j.request.request_id for j in plan.vocode["v"] if j.start_frame == 0} == {"r2", "r3"}
     # a held first chunk grows with the mel decoded meanwhile (here to the 48-frame size)
     decoding(rs[3], decoded=48 + 7)
     assert sched.ready_chunk(rs[3]).end_frame == 48
