@@ -106,7 +106,7 @@ class ClientEvent(_message.Message):
     def __init__(self, config: _Optional[_Union[SessionConfig, _Mapping]] = ..., text: _Optional[_Union[TextDelta, _Mapping]] = ..., flush: _Optional[_Union[Flush, _Mapping]] = ..., mark: _Optional[_Union[Mark, _Mapping]] = ..., clear: _Optional[_Union[Clear, _Mapping]] = ..., end: _Optional[_Union[End, _Mapping]] = ...) -> None: ...
 
 class SessionConfig(_message.Message):
-    __slots__ = ("voice", "audio", "pacing", "preroll_ms", "language", "lexicon", "normalization", "seed")
+    __slots__ = ("voice", "audio", "pacing", "preroll_ms", "language", "lexicon", "normalization", "seed", "speaking_rate", "volume_db", "word_timestamps")
     class LexiconEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -122,6 +122,9 @@ class SessionConfig(_message.Message):
     LEXICON_FIELD_NUMBER: _ClassVar[int]
     NORMALIZATION_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
+    SPEAKING_RATE_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_DB_FIELD_NUMBER: _ClassVar[int]
+    WORD_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
     voice: str
     audio: AudioFormat
     pacing: Pacing
@@ -130,17 +133,40 @@ class SessionConfig(_message.Message):
     lexicon: _containers.ScalarMap[str, str]
     normalization: NormalizationOptions
     seed: int
-    def __init__(self, voice: _Optional[str] = ..., audio: _Optional[_Union[AudioFormat, _Mapping]] = ..., pacing: _Optional[_Union[Pacing, _Mapping]] = ..., preroll_ms: _Optional[int] = ..., language: _Optional[str] = ..., lexicon: _Optional[_Mapping[str, str]] = ..., normalization: _Optional[_Union[NormalizationOptions, _Mapping]] = ..., seed: _Optional[int] = ...) -> None: ...
+    speaking_rate: float
+    volume_db: float
+    word_timestamps: bool
+    def __init__(self, voice: _Optional[str] = ..., audio: _Optional[_Union[AudioFormat, _Mapping]] = ..., pacing: _Optional[_Union[Pacing, _Mapping]] = ..., preroll_ms: _Optional[int] = ..., language: _Optional[str] = ..., lexicon: _Optional[_Mapping[str, str]] = ..., normalization: _Optional[_Union[NormalizationOptions, _Mapping]] = ..., seed: _Optional[int] = ..., speaking_rate: _Optional[float] = ..., volume_db: _Optional[float] = ..., word_timestamps: _Optional[bool] = ...) -> None: ...
+
+class TurnOptions(_message.Message):
+    __slots__ = ("text_format", "speaking_rate", "volume_db")
+    class TextFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        TEXT_FORMAT_UNSPECIFIED: _ClassVar[TurnOptions.TextFormat]
+        PLAIN: _ClassVar[TurnOptions.TextFormat]
+        SSML: _ClassVar[TurnOptions.TextFormat]
+    TEXT_FORMAT_UNSPECIFIED: TurnOptions.TextFormat
+    PLAIN: TurnOptions.TextFormat
+    SSML: TurnOptions.TextFormat
+    TEXT_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    SPEAKING_RATE_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_DB_FIELD_NUMBER: _ClassVar[int]
+    text_format: TurnOptions.TextFormat
+    speaking_rate: float
+    volume_db: float
+    def __init__(self, text_format: _Optional[_Union[TurnOptions.TextFormat, str]] = ..., speaking_rate: _Optional[float] = ..., volume_db: _Optional[float] = ...) -> None: ...
 
 class TextDelta(_message.Message):
-    __slots__ = ("text", "turn_id", "spans")
+    __slots__ = ("text", "turn_id", "spans", "turn_options")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     SPANS_FIELD_NUMBER: _ClassVar[int]
+    TURN_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     text: str
     turn_id: str
     spans: _containers.RepeatedCompositeFieldContainer[TextSpan]
-    def __init__(self, text: _Optional[str] = ..., turn_id: _Optional[str] = ..., spans: _Optional[_Iterable[_Union[TextSpan, _Mapping]]] = ...) -> None: ...
+    turn_options: TurnOptions
+    def __init__(self, text: _Optional[str] = ..., turn_id: _Optional[str] = ..., spans: _Optional[_Iterable[_Union[TextSpan, _Mapping]]] = ..., turn_options: _Optional[_Union[TurnOptions, _Mapping]] = ...) -> None: ...
 
 class Flush(_message.Message):
     __slots__ = ("turn_id",)
@@ -167,7 +193,7 @@ class End(_message.Message):
     def __init__(self) -> None: ...
 
 class ServerEvent(_message.Message):
-    __slots__ = ("started", "audio", "turn_done", "mark_reached", "cleared", "warning", "error")
+    __slots__ = ("started", "audio", "turn_done", "mark_reached", "cleared", "warning", "error", "words")
     STARTED_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     TURN_DONE_FIELD_NUMBER: _ClassVar[int]
@@ -175,6 +201,7 @@ class ServerEvent(_message.Message):
     CLEARED_FIELD_NUMBER: _ClassVar[int]
     WARNING_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    WORDS_FIELD_NUMBER: _ClassVar[int]
     started: SessionStarted
     audio: AudioFrame
     turn_done: TurnDone
@@ -182,7 +209,8 @@ class ServerEvent(_message.Message):
     cleared: Cleared
     warning: Warning
     error: Error
-    def __init__(self, started: _Optional[_Union[SessionStarted, _Mapping]] = ..., audio: _Optional[_Union[AudioFrame, _Mapping]] = ..., turn_done: _Optional[_Union[TurnDone, _Mapping]] = ..., mark_reached: _Optional[_Union[MarkReached, _Mapping]] = ..., cleared: _Optional[_Union[Cleared, _Mapping]] = ..., warning: _Optional[_Union[Warning, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
+    words: WordTimestamps
+    def __init__(self, started: _Optional[_Union[SessionStarted, _Mapping]] = ..., audio: _Optional[_Union[AudioFrame, _Mapping]] = ..., turn_done: _Optional[_Union[TurnDone, _Mapping]] = ..., mark_reached: _Optional[_Union[MarkReached, _Mapping]] = ..., cleared: _Optional[_Union[Cleared, _Mapping]] = ..., warning: _Optional[_Union[Warning, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., words: _Optional[_Union[WordTimestamps, _Mapping]] = ...) -> None: ...
 
 class Limits(_message.Message):
     __slots__ = ("max_delta_chars", "max_buffered_chars", "max_session_s", "idle_timeout_ms", "max_marks", "max_control_per_s", "max_lead_ms", "max_lookahead_ms", "max_synthesize_chars", "text_idle_flush_ms")
@@ -296,6 +324,28 @@ class Cleared(_message.Message):
     dropped_audio_ms: int
     def __init__(self, turn_id: _Optional[str] = ..., last_pts_ms: _Optional[int] = ..., text_spoken: _Optional[str] = ..., text_remaining: _Optional[str] = ..., dropped_audio_ms: _Optional[int] = ...) -> None: ...
 
+class WordTimestamps(_message.Message):
+    __slots__ = ("turn_id", "words")
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    WORDS_FIELD_NUMBER: _ClassVar[int]
+    turn_id: str
+    words: _containers.RepeatedCompositeFieldContainer[WordTiming]
+    def __init__(self, turn_id: _Optional[str] = ..., words: _Optional[_Iterable[_Union[WordTiming, _Mapping]]] = ...) -> None: ...
+
+class WordTiming(_message.Message):
+    __slots__ = ("text", "start_char", "end_char", "start_pts_ms", "end_pts_ms")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    START_CHAR_FIELD_NUMBER: _ClassVar[int]
+    END_CHAR_FIELD_NUMBER: _ClassVar[int]
+    START_PTS_MS_FIELD_NUMBER: _ClassVar[int]
+    END_PTS_MS_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    start_char: int
+    end_char: int
+    start_pts_ms: int
+    end_pts_ms: int
+    def __init__(self, text: _Optional[str] = ..., start_char: _Optional[int] = ..., end_char: _Optional[int] = ..., start_pts_ms: _Optional[int] = ..., end_pts_ms: _Optional[int] = ...) -> None: ...
+
 class Warning(_message.Message):
     __slots__ = ("code", "message", "turn_id")
     CODE_FIELD_NUMBER: _ClassVar[int]
@@ -319,6 +369,8 @@ class Error(_message.Message):
         TOO_MANY_MARKS: _ClassVar[Error.Code]
         RATE_LIMITED: _ClassVar[Error.Code]
         UNKNOWN_TURN: _ClassVar[Error.Code]
+        INVALID_SSML: _ClassVar[Error.Code]
+        INVALID_OPTIONS: _ClassVar[Error.Code]
     CODE_UNSPECIFIED: Error.Code
     TEXT_TOO_LONG: Error.Code
     INVALID_SPAN: Error.Code
@@ -328,6 +380,8 @@ class Error(_message.Message):
     TOO_MANY_MARKS: Error.Code
     RATE_LIMITED: Error.Code
     UNKNOWN_TURN: Error.Code
+    INVALID_SSML: Error.Code
+    INVALID_OPTIONS: Error.Code
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -339,7 +393,7 @@ class Error(_message.Message):
     def __init__(self, code: _Optional[_Union[Error.Code, str]] = ..., message: _Optional[str] = ..., turn_id: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
 
 class SynthesizeRequest(_message.Message):
-    __slots__ = ("text", "voice", "audio", "spans", "lexicon", "seed", "language", "normalization", "pacing", "preroll_ms")
+    __slots__ = ("text", "voice", "audio", "spans", "lexicon", "seed", "language", "normalization", "pacing", "preroll_ms", "options", "word_timestamps")
     class LexiconEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -357,6 +411,8 @@ class SynthesizeRequest(_message.Message):
     NORMALIZATION_FIELD_NUMBER: _ClassVar[int]
     PACING_FIELD_NUMBER: _ClassVar[int]
     PREROLL_MS_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    WORD_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
     text: str
     voice: str
     audio: AudioFormat
@@ -367,7 +423,9 @@ class SynthesizeRequest(_message.Message):
     normalization: NormalizationOptions
     pacing: Pacing
     preroll_ms: int
-    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., audio: _Optional[_Union[AudioFormat, _Mapping]] = ..., spans: _Optional[_Iterable[_Union[TextSpan, _Mapping]]] = ..., lexicon: _Optional[_Mapping[str, str]] = ..., seed: _Optional[int] = ..., language: _Optional[str] = ..., normalization: _Optional[_Union[NormalizationOptions, _Mapping]] = ..., pacing: _Optional[_Union[Pacing, _Mapping]] = ..., preroll_ms: _Optional[int] = ...) -> None: ...
+    options: TurnOptions
+    word_timestamps: bool
+    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., audio: _Optional[_Union[AudioFormat, _Mapping]] = ..., spans: _Optional[_Iterable[_Union[TextSpan, _Mapping]]] = ..., lexicon: _Optional[_Mapping[str, str]] = ..., seed: _Optional[int] = ..., language: _Optional[str] = ..., normalization: _Optional[_Union[NormalizationOptions, _Mapping]] = ..., pacing: _Optional[_Union[Pacing, _Mapping]] = ..., preroll_ms: _Optional[int] = ..., options: _Optional[_Union[TurnOptions, _Mapping]] = ..., word_timestamps: _Optional[bool] = ...) -> None: ...
 
 class ListVoicesRequest(_message.Message):
     __slots__ = ("language",)
