@@ -111,6 +111,8 @@ class _Builder:
         self.pending_space = False
         self.total_break_ms = 0
         self.last_cut_pos = -1
+        self.prosody_emitted: tuple[float, float | None] = (base_rate, base_volume_db)
+        self.prosody_wanted = self.prosody_emitted  # applied at the next character (no empty ranges)
         self.warned: set[str] = set()
         self.n_warnings = 0
 
@@ -171,12 +173,20 @@ class _Builder:
             if c.isspace():
                 self.pending_space = True
                 continue
+            if self.prosody_wanted != self.prosody_emitted:
+                self.apply_prosody()
             if self.pending_space:
                 self.pending_space = False
                 if self.last_char is not None and not _is_cjk(self.last_char) and not _is_cjk(c):
                     sink.append(" ")
             sink.append(c)
             self.last_char = c
+
+    def apply_prosody(self) -> None:
+        """The prosody in force changed since the last character: cut and say so, here."""
+        self.cut(0, "prosody")
+        self.prosody_emitted = self.prosody_wanted
+        self._emit(ProsodyAt(self.position(), *self.prosody_wanted))
 
     # -- the target interface (xml.etree.ElementTree.XMLParser calls these) -------------------------------
 
@@ -376,17 +386,12 @@ class _Builder:
         for ignored in ("pitch", "contour", "range", "duration"):
             if ignored in attrib:
                 self.warn("ssml_prosody_ignored", f"prosody {ignored} is not supported; rate and volume are")
-        parent_rate, parent_volume = frame.rate, frame.volume_db
         frame.rate, frame.volume_db = rate, volume
-        if (rate, volume) != (parent_rate, parent_volume):
-            self.cut(0, "prosody")
-            self._emit(ProsodyAt(self.position(), rate, volume))
+        self.prosody_wanted = (rate, volume)
 
     def _end_prosody(self, frame: _Frame) -> None:
         parent = self.stack[-1]
-        if (frame.rate, frame.volume_db) != (parent.rate, parent.volume_db):
-            self.cut(0, "prosody")
-            self._emit(ProsodyAt(self.position(), parent.rate, parent.volume_db))
+        self.prosody_wanted = (parent.rate, parent.volume_db)
 
     def _start_emphasis(self, frame: _Frame, attrib: dict[str, str]) -> None:
         level = attrib.get("level", "moderate").strip().lower()
