@@ -9,6 +9,8 @@ import numpy as np
 
 #: Phone symbols that end a word: prosodic-word (#1), phrase (#2) and intonational-phrase (#3) marks, pauses.
 WORD_BREAK_SYMBOLS = frozenset({"#1", "#2", "#3", "sil", "eos"})
+#: Symbols the voice realizes as a pause: a word followed by one ends when the alignment leaves its last id.
+PAUSE_SYMBOLS = frozenset({"#3", "sil", "eos"})
 
 
 def covered_chars(id_source: Sequence[int | None]) -> np.ndarray:
@@ -47,12 +49,18 @@ class AlignmentCursor:
 
 @dataclass(frozen=True)
 class Unit:
-    """A word (or character) of the segment: ids ``first_id..last_id`` read text[start_char:end_char]."""
+    """A word (or character) of the segment: ids ``first_id..last_id`` read text[start_char:end_char].
+
+    The word's audio ends when the alignment reaches ``end_id``: the next word's first id when only
+    prosody marks without a pause (#0, #1, #2) lie between (the voice is still finishing this word while
+    its attention rests on the mark), else ``last_id + 1`` (a pause follows).
+    """
 
     first_id: int
     last_id: int
     start_char: int
     end_char: int
+    end_id: int
 
 
 @dataclass(frozen=True)
@@ -97,17 +105,21 @@ def word_units(text: str, phones: Sequence[str], id_source: Sequence[int | None]
         start, end = min(srcs), max(srcs) + 1  # type: ignore[type-var,operator]
         if units and start < units[-1].end_char:  # a source that goes back (lexicon, erhua): merge
             prev = units.pop()
-            units.append(Unit(prev.first_id, ids[-1], prev.start_char, max(prev.end_char, end)))
+            units.append(Unit(prev.first_id, ids[-1], prev.start_char, max(prev.end_char, end), ids[-1] + 1))
             continue
-        units.append(Unit(ids[0], ids[-1], start, end))
+        units.append(Unit(ids[0], ids[-1], start, end, ids[-1] + 1))
     referenced = {s for s in id_source if s is not None}
     out: list[Unit] = []
     for i, u in enumerate(units):
-        limit = units[i + 1].start_char if i + 1 < len(units) else len(text)
+        nxt = units[i + 1] if i + 1 < len(units) else None
+        limit = nxt.start_char if nxt is not None else len(text)
         end = u.end_char
         while end < limit and end not in referenced and text[end].isalnum():
             end += 1
-        out.append(Unit(u.first_id, u.last_id, u.start_char, end))
+        end_id = u.last_id + 1
+        if nxt is not None and not any(p in PAUSE_SYMBOLS for p in phones[u.last_id + 1:nxt.first_id]):
+            end_id = nxt.first_id
+        out.append(Unit(u.first_id, u.last_id, u.start_char, end, end_id))
     return out
 
 
@@ -115,7 +127,8 @@ class WordTimer:
     """Times a segment's words from its audio chunks' attention alignment, as the chunks arrive.
 
     A word starts at the first decoder step whose attention (running maximum of the peaks, as on clear)
-    reaches its first id, and ends at the first step that has moved past its last id; it is emitted at that
+    reaches its first id, and ends at the first step that reaches its ``end_id`` (past its last id and the
+    prosody marks after it, up to a pause); it is emitted at that
     moment, so its end is never after the audio received so far, and words come in text order, each once.
     ``finish`` ends the words still open at the end of the audio. Steps are ``frames_per_step`` mel frames of
     ``samples_per_frame`` samples (the voice's reduction factor and hop; a time-scaled stream passes its
@@ -164,7 +177,7 @@ class WordTimer:
                 if self._max_peak < unit.first_id:
                     return
                 self._start_step = step
-            if self._max_peak <= unit.last_id:
+            if self._max_peak < unit.end_id:
                 return
             out.append(WordTime(unit.start_char, unit.end_char, self._sample_of_step(self._start_step),
                                 self._sample_of_step(step)))

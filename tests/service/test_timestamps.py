@@ -38,6 +38,11 @@ def test_word_units_follow_the_frontends_prosodic_words():
     words = [text[u.start_char:u.end_char] for u in word_units(text, r.phones, r.id_source)]
     assert words[:3] == ["您好", "请拨打", "135"]
     assert "2026年的" in words and "VIP" in words
+    units = word_units(text, r.phones, r.id_source)
+    # 您好 is followed by a pause (#3 at the comma): it ends when the alignment leaves it; 请拨打 runs on into
+    # 135 (#1): it ends when the alignment reaches 135's first id
+    assert units[0].end_id == units[0].last_id + 1 and r.phones[units[0].end_id] == "#3"
+    assert units[1].end_id == units[2].first_id
     chars = [text[u.start_char:u.end_char] for u in word_units(text, r.phones, r.id_source, by="char")]
     assert chars[:4] == ["您", "好", "请", "拨"] and "2026" in chars and "，" not in "".join(chars)
 
@@ -76,7 +81,7 @@ def run(timer: WordTimer, peaks: list[int], chunk_frames: list[int]):
     return got
 
 
-UNITS = [Unit(1, 4, 0, 2), Unit(6, 10, 2, 5), Unit(12, 13, 6, 7), Unit(15, 20, 7, 9)]
+UNITS = [Unit(1, 4, 0, 2, 5), Unit(6, 10, 2, 5, 11), Unit(12, 13, 6, 7, 14), Unit(15, 20, 7, 9, 21)]
 
 
 def test_words_end_when_the_alignment_moves_past_them():
