@@ -13,6 +13,7 @@ from service.ssml.model import (
     TextPiece,
 )
 from service.ssml.parser import SSML_NS, SsmlStream, parse_ssml
+from service.ssml.turn_text import SegmentPlan, SsmlTurnText
 
 __all__ = [
     "Cut",
@@ -21,10 +22,12 @@ __all__ = [
     "Phoneme",
     "ProsodyAt",
     "SSML_NS",
+    "SegmentPlan",
     "SsmlDocument",
     "SsmlError",
     "SsmlLimits",
     "SsmlStream",
+    "SsmlTurnText",
     "SsmlWarning",
     "TextPiece",
     "parse_ssml",

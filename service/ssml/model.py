@@ -102,6 +102,8 @@ class SsmlDocument:
     marks: list[MarkAt] = field(default_factory=list)
     prosody: list[ProsodyAt] = field(default_factory=list)
     warnings: list[SsmlWarning] = field(default_factory=list)
+    base_rate: float = 1.0  # rate and gain outside every <prosody> (the turn's)
+    base_volume_db: float | None = 0.0
 
     def add(self, events: list[Event]) -> None:
         """Fold events (as SsmlStream.feed returns them) into this document."""
@@ -126,8 +128,8 @@ class SsmlDocument:
         return sum(c.pause_ms for c in self.cuts if c.pos == pos)
 
     def prosody_at(self, pos: int) -> tuple[float, float | None]:
-        """(rate, volume_db) of the character at ``pos`` (1.0 and 0.0 outside every <prosody>)."""
-        rate, gain = 1.0, 0.0
+        """(rate, volume_db) of the character at ``pos`` (the base values outside every <prosody>)."""
+        rate, gain = self.base_rate, self.base_volume_db
         for p in self.prosody:
             if p.pos > pos:
                 break

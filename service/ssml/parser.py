@@ -444,7 +444,7 @@ class SsmlStream:
         self._line, self._column = 1, 1  # position after the input fed so far (for the size limit)
         self._failed: SsmlError | None = None
         self._closed = False
-        self.document = SsmlDocument()
+        self.document = SsmlDocument(base_rate=base_rate, base_volume_db=base_volume_db)
 
     @property
     def complete(self) -> bool:

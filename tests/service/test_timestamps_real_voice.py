@@ -32,8 +32,26 @@ def test_words_in_order_never_late_and_covering_the_text(timed):
         assert words[-1].end_sample / rate > 0.5 * len(item["audio"]) / rate
 
 
+def test_words_lie_on_speech_and_pauses_between_them(timed):
+    from service.timestamps_accuracy import HOP_S, sonority
+
+    for item in timed:
+        _, silent = sonority(item["audio"], item["rate_hz"])
+        rate = item["rate_hz"]
+        for w in item["words"]:
+            a, b = int(w.start_sample / rate / HOP_S), int(w.end_sample / rate / HOP_S)
+            assert (~silent[a:b]).mean() >= 0.7, (item["text"][w.start_char:w.end_char], (~silent[a:b]).mean())
+        # at a comma the voice pauses: the time between the words around it is mostly silence
+        for a, b in zip(item["words"], item["words"][1:]):
+            if "，" in item["text"][a.end_char:b.start_char]:
+                lo, hi = int(a.end_sample / rate / HOP_S), int(b.start_sample / rate / HOP_S)
+                assert hi - lo >= 0.1 / HOP_S and silent[lo:hi].mean() >= 0.5, (a, b, silent[lo:hi].mean())
+
+
 def test_boundaries_near_the_audio_estimate(timed):
     from service.timestamps_accuracy import compare
 
+    # a coarse guard (synthesis is seeded, so this is deterministic): a misaligned step or chunk mapping
+    # shifts every boundary by hundreds of ms; the corpus figures are in docs/ssml.md
     errors = np.abs(np.concatenate([compare(item) for item in timed]))
-    assert np.median(errors) <= 60.0, errors
+    assert np.median(errors) <= 100.0, errors
