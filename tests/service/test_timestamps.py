@@ -149,3 +149,15 @@ def test_bad_geometry_and_gaps_are_refused():
         timer.push(10 * STEP, STEP, [3])
     with pytest.raises(ValueError):
         word_units("x", ["sil"], [None], by="syllable")
+
+
+def test_ssml_and_timestamps_never_import_torch_or_grpc():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, service.ssml, service.ssml.bench, service.timestamps, service.timestamps_accuracy; "
+            "service.ssml.parse_ssml('<speak>好</speak>'); "
+            "sys.exit(1 if {'torch', 'grpc'} & set(sys.modules) else 0)")
+    repo = Path(__file__).resolve().parents[2]
+    assert subprocess.run([sys.executable, "-c", code], cwd=repo, timeout=60).returncode == 0
