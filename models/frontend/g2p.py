@@ -33,6 +33,11 @@ NON_ERHUA = frozenset(
     "女儿 婴儿 孤儿 幼儿 胎儿 健儿 宠儿 患儿 男儿 少儿 育儿 弃儿 乳儿 孙儿 侄儿 混血儿 新生儿 托儿".split()
 )
 ERHUA_CHAR = "儿"
+#: Where a syllable's reading came from (shown by ``voxpool normalize --explain``).
+ORIGIN_DICTIONARY = "phrase dictionary"
+ORIGIN_RULE = "context rule"
+ORIGIN_NEUTRAL = "neutral-tone rule"
+ORIGIN_LEXICON = "lexicon"
 #: Call-center polyphones pypinyin gets wrong, decided by the neighbouring characters:
 #: char → [(previous characters, next characters, reading)], first match wins; "" matches nothing.
 POLYPHONE_RULES: dict[str, tuple[tuple[str, str, str], ...]] = {
@@ -58,7 +63,9 @@ class Word:
     ``pinyin[k]`` is the TONE3 syllable k (erhua merged: ``wanr2``); ``sources[k]`` the indices in the
     normalized text of the characters it reads (two for a merged erhua syllable). ``locked`` words come
     from the lexicon and are never changed by sandhi or neutral-tone rules; ``digits`` words are digit
-    strings read one digit at a time, ``number`` words written-out numbers (三千二百五十).
+    strings read one digit at a time, ``number`` words written-out numbers (三千二百五十). ``origins[k]`` says
+    where syllable k's reading came from (an ``ORIGIN_*`` label, for ``--explain``); ``lexical`` is the reading
+    before tone sandhi (filled in by the pipeline).
     """
 
     text: str
@@ -68,6 +75,8 @@ class Word:
     locked: bool = False
     digits: bool = False
     number: bool = False
+    origins: list[str] = field(default_factory=list)
+    lexical: list[str] = field(default_factory=list)
 
     @property
     def end(self) -> int:
@@ -165,6 +174,7 @@ def lexicon_word(entry: LexiconEntry, start: int) -> Word:
         pinyin=list(entry.syllables),
         sources=[tuple(start + o for o in offs) for offs in entry.offsets],
         locked=True,
+        origins=[ORIGIN_LEXICON] * len(entry.syllables),
     )
 
 
@@ -199,6 +209,7 @@ def assign_pinyin(words: list[Word], erhua: bool = True) -> list[Word]:
             continue
         w.pinyin = list(word_readings(w.text))
         w.sources = [(w.start + k,) for k in range(len(w.text))]
+        w.origins = [ORIGIN_DICTIONARY] * len(w.text)
         if not w.digits:
             _neutral_tones(w)
     _polyphones(words)
@@ -225,17 +236,23 @@ def _polyphones(words: Sequence[Word]) -> None:
         for prevs, nexts, reading in rules:
             if (prev_c and prev_c in prevs) or (next_c and next_c in nexts):
                 w.pinyin[k] = reading
+                w.origins[k] = ORIGIN_RULE
                 break
 
 
 def _neutral_tones(w: Word) -> None:
     """Neutral-tone rules pypinyin's dictionary does not cover."""
     if len(w.text) == 1 and w.text in NEUTRAL_PARTICLES:
-        w.pinyin[0] = w.pinyin[0][:-1] + "5"
+        k = 0
     elif len(w.text) == 3 and w.text[1] == "得" and w.pinyin[1][:-1] == "de":  # 说得好 来得及: complement 得
-        w.pinyin[1] = "de5"
+        k = 1
     elif len(w.text) == 2 and w.text[0] == w.text[1] and w.text[0] in NEUTRAL_REDUPLICATED:
-        w.pinyin[1] = w.pinyin[1][:-1] + "5"
+        k = 1
+    else:
+        return
+    if w.pinyin[k][-1] != "5":
+        w.pinyin[k] = w.pinyin[k][:-1] + "5"
+        w.origins[k] = ORIGIN_NEUTRAL
 
 
 def _merge_erhua(w: Word, done: list[Word]) -> None:
@@ -268,9 +285,10 @@ def _merge_erhua(w: Word, done: list[Word]) -> None:
         host.pinyin[host_k] = prev_syl[:-1] + "r" + prev_syl[-1]
         host.sources[host_k] = host.sources[host_k] + src
         if host is w:
-            del w.pinyin[k], w.sources[k]
+            del w.pinyin[k], w.sources[k], w.origins[k]
         else:
             host.text += w.text
             w.pinyin.clear()
             w.sources.clear()
+            w.origins.clear()
             return

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .explain import Explanation, explain_words
 from .g2p import Lexicon, LexiconError, Word, assign_pinyin, has_pinyin, lexicon_word
 from .normalize import NormalizationError, NormalizedText, NormalizeOptions, Span, normalize
 from .prosody import (
@@ -121,6 +122,35 @@ class MandarinFrontend:
 
     def from_normalized(self, normalized: NormalizedText, lexicon: Mapping[str, str] | None = None) -> FrontendResult:
         """Convert already-normalized text (Hanzi and pause marks) to ids."""
+        return self._analyse(normalized, lexicon)[0]
+
+    def explain(
+        self, text: str, spans: Sequence[Span] = (), lexicon: Mapping[str, str] | None = None
+    ) -> Explanation:
+        """Every character's reading and where it came from; ``Explanation.format()`` prints it.
+
+        Never raises for the text itself: text with nothing to say gives an explanation whose ``error``
+        says why (bad spans or lexicon entries still raise FrontendError, as in to_ids).
+        """
+        if not isinstance(text, str):
+            raise FrontendError(f"text must be a str, got {type(text).__name__}")
+        try:
+            normalized = normalize(text, self.options.normalize, spans)
+        except NormalizationError as exc:
+            raise FrontendError(f"cannot normalize the text: {exc}") from exc
+        try:
+            result, clauses = self._analyse(normalized, lexicon)
+        except FrontendLexiconError:
+            raise
+        except FrontendError as exc:
+            return explain_words(text, normalized, [], spans, "", normalized.warnings, str(exc))
+        words = [w for clause in clauses for phrase in clause.phrases for pw in phrase for w in pw]
+        return explain_words(text, normalized, words, spans, result.marked_pinyin, result.warnings, None)
+
+    def _analyse(
+        self, normalized: NormalizedText, lexicon: Mapping[str, str] | None
+    ) -> tuple[FrontendResult, list[Clause]]:
+        """The result for normalized text, with the clauses (words and their readings) it was built from."""
         lex = self._lexicon
         if lexicon:
             try:
@@ -147,7 +177,7 @@ class MandarinFrontend:
             )
         index = normalized.source_index
         id_source = [None if s is None else index[s] for s in seq.sources]
-        return FrontendResult(
+        result = FrontendResult(
             ids=symbols_to_ids(seq.phones),
             phones=seq.phones,
             pinyin=seq.pinyin,
@@ -156,6 +186,7 @@ class MandarinFrontend:
             id_source=id_source,
             warnings=tuple(warnings),
         )
+        return result, clauses
 
     def _scan(self, text: str, lex: Lexicon) -> tuple[list[tuple[list[Word], str | None]], list[int]]:
         """Cut normalized text into clauses of words (lexicon matches, digit strings, jieba words)."""
@@ -208,6 +239,8 @@ class MandarinFrontend:
                         out[-1] = Clause(prev.phrases, pause)
                 continue
             words = assign_pinyin(words, erhua=self.options.erhua)
+            for w in words:
+                w.lexical = list(w.pinyin)
             if self.options.tone_sandhi:
                 yi_bu_sandhi(words)
             prosodic_words = group_prosodic_words(words)
