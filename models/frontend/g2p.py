@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from pypinyin import Style
+from pypinyin.constants import PHRASES_DICT
 from pypinyin.core import Pinyin
 from pypinyin.pinyin_dict import pinyin_dict as _PYPINYIN_CHARS
 
+from .polyphones import ORIGIN_DOMAIN, disambiguate, domain_reading
 from .symbols import PinyinError, parse_tone3
 
 log = logging.getLogger(__name__)
@@ -35,17 +37,10 @@ NON_ERHUA = frozenset(
 ERHUA_CHAR = "儿"
 #: Where a syllable's reading came from (shown by ``voxpool normalize --explain``).
 ORIGIN_DICTIONARY = "phrase dictionary"
-ORIGIN_RULE = "context rule"
+#: A word pypinyin's phrase table has no entry for: its characters get their most common readings.
+ORIGIN_DEFAULT = "character default"
 ORIGIN_NEUTRAL = "neutral-tone rule"
 ORIGIN_LEXICON = "lexicon"
-#: Call-center polyphones pypinyin gets wrong, decided by the neighbouring characters:
-#: char → [(previous characters, next characters, reading)], first match wins; "" matches nothing.
-POLYPHONE_RULES: dict[str, tuple[tuple[str, str, str], ...]] = {
-    "还": (("归偿退应待已未欠", "款钱清贷债", "huan2"),),  # 还款 应还 已还 (not 还是 还有)
-    "重": (("", "置新复试启设拨播输填", "chong2"),),  # 重置 重新 重复 重试 (not 重要 重量)
-    "为": (("", "准主止由例", "wei2"), ("额值日率期号码量价", "", "wei2")),  # 为准, 金额为 (not 为您 为了)
-}
-
 
 class LexiconError(ValueError):
     """A lexicon override entry is unusable; the message names the entry and what to change."""
@@ -208,8 +203,13 @@ def assign_pinyin(words: list[Word], erhua: bool = True) -> list[Word]:
         if w.locked or w.pinyin:
             continue
         w.pinyin = list(word_readings(w.text))
+        w.origins = [ORIGIN_DICTIONARY if len(w.text) > 1 and w.text in PHRASES_DICT else ORIGIN_DEFAULT] * len(w.text)
+        if len(w.text) > 1 and not w.digits:
+            for k, syl in enumerate(domain_reading(w.text)[0]):
+                if syl is not None:
+                    w.pinyin[k] = syl
+                    w.origins[k] = ORIGIN_DOMAIN
         w.sources = [(w.start + k,) for k in range(len(w.text))]
-        w.origins = [ORIGIN_DICTIONARY] * len(w.text)
         if not w.digits:
             _neutral_tones(w)
     _polyphones(words)
@@ -224,20 +224,12 @@ def assign_pinyin(words: list[Word], erhua: bool = True) -> list[Word]:
 
 
 def _polyphones(words: Sequence[Word]) -> None:
-    """Apply POLYPHONE_RULES in place over a clause (context may cross word boundaries)."""
-    chars = [(w, k) for w in words if not w.locked for k in range(len(w.text))]
-    for i, (w, k) in enumerate(chars):
-        rules = POLYPHONE_RULES.get(w.text[k])
-        if rules is None or len(w.pinyin) != len(w.text):
-            continue
-        prev_c = chars[i - 1][0].text[chars[i - 1][1]] if i > 0 and chars[i - 1][0].end >= w.start else ""
-        nxt = chars[i + 1] if i + 1 < len(chars) else None
-        next_c = nxt[0].text[nxt[1]] if nxt is not None else ""
-        for prevs, nexts, reading in rules:
-            if (prev_c and prev_c in prevs) or (next_c and next_c in nexts):
-                w.pinyin[k] = reading
-                w.origins[k] = ORIGIN_RULE
-                break
+    """Context rules over one clause (see polyphones.py); locked and digit words give context only."""
+    live = [w for w in words if not w.pinyin or len(w.origins) == len(w.pinyin)]
+    disambiguate(
+        [w.text for w in live], [w.pinyin for w in live], [w.origins for w in live],
+        [w.locked or w.digits or w.number for w in live], ORIGIN_DEFAULT,
+    )
 
 
 def _neutral_tones(w: Word) -> None:
