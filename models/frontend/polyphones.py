@@ -9,8 +9,8 @@ rules below, which look at the neighbouring characters and jieba's word boundari
   dei3 + dao4 (您得到现场). Complement 得 (说得对, 办得很及时) stays neutral.
 * 地 as a word of its own between a two-character word and what follows is the adverbial particle de5
   (耐心地等待); at the end of a clause or inside a word it is di4 (地址, 参保地).
-* 为 as a word of its own is wei4 before a person or 了/何/什么/此 (为您, 为了) and wei2 otherwise: the
-  copula (期限为一年, 调整为两万元, 以此为准).
+* 为 as a word of its own is wei4 before a person or 了/何/什么/此 (为您, 为了) and at the start of a clause
+  before a purpose (为保障…), wei2 otherwise: the copula (期限为一年, 调整为两万元, 以此为准).
 * A polyphonic surname before a title (单先生, 解女士, 曾先生) takes its surname reading.
 * 还/重 keep the older rules: 还 before 款/钱/清… or after 归/偿/退… is huan2; 重 before 置/新/复… chong2.
 """
@@ -45,11 +45,13 @@ TITLES = ("先生", "女士", "小姐", "老师", "经理", "师傅", "阿姨", 
 #: Characters before a surname that keep it a name (clause start counts too): 请问是单先生, 尊敬的曾先生.
 _BEFORE_NAME = frozenset("是的问好位请叫找给向和与跟对由")
 _PERSON_AFTER_WEI = ("您", "你", "我", "他", "她", "它", "大家", "客户", "用户", "人民", "了", "何", "什么", "此", "广大")
+#: Purposes after a clause-initial 为 ("in order to", wei4): 为保障…, 为方便…
+_PURPOSE_AFTER_WEI = ("保障", "保证", "确保", "保护", "方便", "避免", "防止", "提高", "维护", "满足", "进一步", "更好")
 _PRONOUN_CHARS = frozenset("您你我他她们咱")
 #: Words a modal 得 (dei3) is followed by; a complement 得 (de5) is followed by 很/对/好/及时 … instead.
 _MODAL_NEXT = (
     "先", "本人", "在", "等", "去", "拍", "请", "上报", "出示", "提供", "重新", "马上", "赶", "交", "补", "带",
-    "亲自", "到", "携带", "办", "填", "核", "留", "打", "找", "提前", "准备", "说", "问", "确认", "联系", "考虑",
+    "亲自", "携带", "填", "核", "留", "提前", "准备", "确认", "联系", "考虑",
 )
 _PLACE_AFTER_DEDAO = ("现场", "柜台", "网点", "营业", "窗口", "派出所", "医院", "银行", "社区", "附近", "指定", "当地")
 
@@ -157,7 +159,7 @@ def _rule(c: str, word: str, k: int, wi: int, texts: Sequence[str], clause: str,
     if c == "得" and alone:
         if prev_word and (prev_word[-1] in _PRONOUN_CHARS or prev_word in ("就", "还", "都", "也", "必须", "总", "才")):
             return "dei3"
-        if _starts(clause, i + 1, _MODAL_NEXT) and prev_word and len(prev_word) >= 2:
+        if _starts(clause, i + 1, _MODAL_NEXT) and prev_word:
             return "dei3"
         return None
     if word == "得到" and k == 0 and prev_c in _PRONOUN_CHARS and _starts(clause, i + 2, _PLACE_AFTER_DEDAO):
@@ -167,7 +169,7 @@ def _rule(c: str, word: str, k: int, wi: int, texts: Sequence[str], clause: str,
             return "de5"
         return None
     if c == "为" and alone:
-        if _starts(clause, i + 1, _PERSON_AFTER_WEI):
+        if _starts(clause, i + 1, _PERSON_AFTER_WEI) or (not prev_c and _starts(clause, i + 1, _PURPOSE_AFTER_WEI)):
             return "wei4"
         return "wei2"
     rules = NEIGHBOUR_RULES.get(c)
