@@ -7,12 +7,14 @@ rules below, which look at the neighbouring characters and jieba's word boundari
 * 得 as a word of its own is the modal "must" (dei3) after a pronoun (您得先…, 我们得…) or before a verb-like
   word that a complement never starts with (先, 本人, 在, 拍照 …); 得到 after a pronoun and before a place is
   dei3 + dao4 (您得到现场). Complement 得 (说得对, 办得很及时) stays neutral.
+  A 得 of its own between a verb and a degree word or adjective is the complement marker de5 (调得太低).
 * 地 as a word of its own between a two-character word and what follows is the adverbial particle de5
   (耐心地等待); at the end of a clause or inside a word it is di4 (地址, 参保地).
 * 为 as a word of its own is wei4 before a person or 了/何/什么/此 (为您, 为了) and at the start of a clause
   before a purpose (为保障…), wei2 otherwise: the copula (期限为一年, 调整为两万元, 以此为准).
 * A polyphonic surname before a title (单先生, 解女士, 曾先生) takes its surname reading.
-* 还/重 keep the older rules: 还 before 款/钱/清… or after 归/偿/退… is huan2; 重 before 置/新/复… chong2.
+* Neighbour rules: 还 before 款/钱/清… or after 归/偿/退… is huan2; 重 before 置/新/复… chong2; 长 after a
+  degree word (较长, 太长) chang2; 调 before 得/高/低/整 tiao2.
 """
 
 from __future__ import annotations
@@ -34,7 +36,11 @@ DOMAIN_WORDS_FILE = "domain_words.tsv"
 NEIGHBOUR_RULES: dict[str, tuple[tuple[str, str, str], ...]] = {
     "还": (("归偿退应待已未欠", "款钱清贷债", "huan2"),),  # 还款 应还 已还 (not 还是 还有)
     "重": (("", "置新复试启设拨播输填", "chong2"),),  # 重置 重新 重复 重试 (not 重要 重量)
+    "长": (("较很太更最过挺偏超延加", "", "chang2"),),  # 较长 太长 延长 (not 增长 行长)
+    "调": (("", "得高低成好整节试", "tiao2"),),  # 调得太低 调高 (not 调取 调查)
 }
+#: What follows a complement 得 (de5): degree words and adjectives (说得对, 调得太低, 办得很及时).
+_COMPLEMENT_NEXT = frozenset("太很非常好对不更真特别正及清快慢多少早晚高低远近挺有")
 #: Surnames read differently from the common word, before a title.
 SURNAMES: dict[str, str] = {
     "单": "shan4", "解": "xie4", "曾": "zeng1", "仇": "qiu2", "朴": "piao2", "查": "zha1", "区": "ou1",
@@ -161,6 +167,8 @@ def _rule(c: str, word: str, k: int, wi: int, texts: Sequence[str], clause: str,
             return "dei3"
         if _starts(clause, i + 1, _MODAL_NEXT) and prev_word:
             return "dei3"
+        if prev_word and i + 1 < len(clause) and clause[i + 1] in _COMPLEMENT_NEXT:
+            return "de5"
         return None
     if word == "得到" and k == 0 and prev_c in _PRONOUN_CHARS and _starts(clause, i + 2, _PLACE_AFTER_DEDAO):
         return "dei3"
