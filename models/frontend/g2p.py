@@ -89,40 +89,74 @@ class LexiconEntry:
 
 
 class Lexicon:
-    """Validated per-call pronunciation overrides, matched leftmost-longest over a text."""
+    """Validated pronunciation overrides, matched leftmost-longest over a text.
+
+    Matching looks up ``text[pos:pos + n]`` for each distinct entry length n of the entries starting with
+    ``text[pos]`` (longest first), so a lexicon of thousands of entries costs a few dict lookups per character.
+    """
 
     def __init__(self, entries: Mapping[str, str] | None = None) -> None:
         self._entries: dict[str, LexiconEntry] = {}
-        self._by_first: dict[str, list[str]] = {}
         for grapheme, reading in (entries or {}).items():
-            entry = _validate_entry(grapheme, reading)
-            self._entries[grapheme] = entry
-            self._by_first.setdefault(grapheme[0], []).append(grapheme)
-        for graphemes in self._by_first.values():
-            graphemes.sort(key=len, reverse=True)
+            self._entries[grapheme] = validate_entry(grapheme, reading)
+        self._index()
+
+    @classmethod
+    def from_entries(cls, entries: Mapping[str, LexiconEntry]) -> Lexicon:
+        """A lexicon of already-validated entries."""
+        out = cls()
+        out._entries = dict(entries)
+        out._index()
+        return out
+
+    def _index(self) -> None:
+        lengths: dict[str, set[int]] = {}
+        for grapheme in self._entries:
+            lengths.setdefault(grapheme[0], set()).add(len(grapheme))
+        self._lengths = {c: tuple(sorted(ns, reverse=True)) for c, ns in lengths.items()}
 
     def __len__(self) -> int:
         return len(self._entries)
 
+    def __contains__(self, grapheme: object) -> bool:
+        return grapheme in self._entries
+
     def match(self, text: str, pos: int) -> LexiconEntry | None:
         """The longest entry whose grapheme starts at ``text[pos]``, or None."""
-        for grapheme in self._by_first.get(text[pos], ()):
-            if text.startswith(grapheme, pos):
-                return self._entries[grapheme]
+        for n in self._lengths.get(text[pos], ()):
+            entry = self._entries.get(text[pos:pos + n])
+            if entry is not None:
+                return entry
         return None
 
     def merged(self, other: Lexicon) -> Lexicon:
         """A lexicon with this one's entries overridden by ``other``'s."""
-        out = Lexicon()
-        out._entries = {**self._entries, **other._entries}
-        for grapheme in out._entries:
-            out._by_first.setdefault(grapheme[0], []).append(grapheme)
-        for graphemes in out._by_first.values():
-            graphemes.sort(key=len, reverse=True)
-        return out
+        return Lexicon.from_entries({**self._entries, **other._entries})
 
 
-def _validate_entry(grapheme: object, reading: object) -> LexiconEntry:
+class LayeredLexicon:
+    """Lexicons consulted together without copying: the longest match wins, the later layer on equal graphemes.
+
+    Lets a per-call lexicon sit on top of a server lexicon of thousands of entries at no per-call cost.
+    """
+
+    def __init__(self, *layers: Lexicon) -> None:
+        self._layers = tuple(layer for layer in layers if len(layer))
+
+    def __len__(self) -> int:
+        return sum(len(layer) for layer in self._layers)
+
+    def match(self, text: str, pos: int) -> LexiconEntry | None:
+        """The longest entry of any layer starting at ``text[pos]`` (later layers win ties)."""
+        best: LexiconEntry | None = None
+        for layer in self._layers:
+            found = layer.match(text, pos)
+            if found is not None and (best is None or len(found.grapheme) >= len(best.grapheme)):
+                best = found
+        return best
+
+
+def validate_entry(grapheme: object, reading: object) -> LexiconEntry:
     """Check one override and align its syllables to the grapheme's characters."""
     if not isinstance(grapheme, str) or not grapheme.strip() or grapheme != grapheme.strip():
         raise LexiconError(f"lexicon entry {grapheme!r}: the grapheme must be a non-empty string without outer spaces")

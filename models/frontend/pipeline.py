@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .explain import Explanation, explain_words
-from .g2p import Lexicon, LexiconError, Word, assign_pinyin, has_pinyin, lexicon_word
+from .g2p import LayeredLexicon, Lexicon, LexiconError, Word, assign_pinyin, has_pinyin, lexicon_word
+from .lexicon_file import LexiconStore
 from .normalize import NormalizationError, NormalizedText, NormalizeOptions, Span, normalize
 from .prosody import (
     MARK_STRENGTH,
@@ -39,10 +40,17 @@ class FrontendLexiconError(FrontendError, LexiconError):
 
 @dataclass(frozen=True)
 class FrontendOptions:
-    """Frontend settings. ``lexicon`` holds deployment-wide overrides ``{grapheme: "chao2 yang2"}``."""
+    """Frontend settings.
+
+    ``lexicon`` holds deployment-wide overrides ``{grapheme: "chao2 yang2"}``; ``lexicon_file`` names a
+    lexicon file (one ``grapheme<TAB>pinyin`` per line, thousands of entries) loaded when the frontend is
+    built and reloadable with ``MandarinFrontend.reload_lexicon``. Inline entries override the file's;
+    per-call entries override both.
+    """
 
     normalize: NormalizeOptions = field(default_factory=NormalizeOptions)
     lexicon: Mapping[str, str] = field(default_factory=dict)
+    lexicon_file: str | None = None
     erhua: bool = True
     tone_sandhi: bool = True
     phrase_max_syllables: int = 7
@@ -90,11 +98,32 @@ class DryRun:
 class MandarinFrontend:
     """Turns text into Baker symbol ids; thread-safe, one instance per process is enough."""
 
-    def __init__(self, options: FrontendOptions | None = None, segmenter: WordSegmenter | None = None) -> None:
+    def __init__(
+        self,
+        options: FrontendOptions | None = None,
+        segmenter: WordSegmenter | None = None,
+        lexicon_store: LexiconStore | None = None,
+    ) -> None:
+        """``lexicon_store`` shares one reloadable server lexicon between frontends (else one is made here)."""
         self.options = options or FrontendOptions()
         self._segmenter = segmenter or default_segmenter()
         try:
             self._lexicon = Lexicon(self.options.lexicon)
+            if lexicon_store is None:
+                lexicon_store = LexiconStore()
+                if self.options.lexicon_file:
+                    lexicon_store.reload(self.options.lexicon_file)
+        except LexiconError as exc:
+            raise FrontendLexiconError(str(exc)) from None
+        self.lexicon_store = lexicon_store
+
+    def reload_lexicon(self, path: str) -> int:
+        """Swap in the lexicon file at ``path`` (all lines valid) and return its entry count.
+
+        Raises FrontendLexiconError listing the bad lines; the previous lexicon stays in force.
+        """
+        try:
+            return self.lexicon_store.reload(path)
         except LexiconError as exc:
             raise FrontendLexiconError(str(exc)) from None
 
@@ -151,12 +180,13 @@ class MandarinFrontend:
         self, normalized: NormalizedText, lexicon: Mapping[str, str] | None
     ) -> tuple[FrontendResult, list[Clause]]:
         """The result for normalized text, with the clauses (words and their readings) it was built from."""
-        lex = self._lexicon
+        layers = [self.lexicon_store.current(), self._lexicon]
         if lexicon:
             try:
-                lex = lex.merged(Lexicon(lexicon))
+                layers.append(Lexicon(lexicon))
             except LexiconError as exc:
                 raise FrontendLexiconError(str(exc)) from None
+        lex = LayeredLexicon(*layers)
         text = normalized.text
         raw_clauses, skipped = self._scan(text, lex)
         clauses = self._build_clauses(raw_clauses)
@@ -188,7 +218,7 @@ class MandarinFrontend:
         )
         return result, clauses
 
-    def _scan(self, text: str, lex: Lexicon) -> tuple[list[tuple[list[Word], str | None]], list[int]]:
+    def _scan(self, text: str, lex: LayeredLexicon) -> tuple[list[tuple[list[Word], str | None]], list[int]]:
         """Cut normalized text into clauses of words (lexicon matches, digit strings, jieba words)."""
         clauses: list[tuple[list[Word], str | None]] = []
         words: list[Word] = []
