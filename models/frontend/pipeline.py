@@ -135,13 +135,16 @@ class MandarinFrontend:
         self, text: str, spans: Sequence[Span] = (), lexicon: Mapping[str, str] | None = None
     ) -> FrontendResult:
         """Normalize ``text`` and convert it to ids; raises FrontendError for text with nothing to say."""
+        return self.from_normalized(self._normalize(text, spans), lexicon)
+
+    def _normalize(self, text: str, spans: Sequence[Span]) -> NormalizedText:
+        """The normalized text, or FrontendError for a non-str text or bad spans."""
         if not isinstance(text, str):
             raise FrontendError(f"text must be a str, got {type(text).__name__}")
         try:
-            normalized = normalize(text, self.options.normalize, spans)
+            return normalize(text, self.options.normalize, spans)
         except NormalizationError as exc:
             raise FrontendError(f"cannot normalize the text: {exc}") from exc
-        return self.from_normalized(normalized, lexicon)
 
     def dry_run(
         self, text: str, spans: Sequence[Span] = (), lexicon: Mapping[str, str] | None = None
@@ -161,12 +164,7 @@ class MandarinFrontend:
         Never raises for the text itself: text with nothing to say gives an explanation whose ``error``
         says why (bad spans or lexicon entries still raise FrontendError, as in to_ids).
         """
-        if not isinstance(text, str):
-            raise FrontendError(f"text must be a str, got {type(text).__name__}")
-        try:
-            normalized = normalize(text, self.options.normalize, spans)
-        except NormalizationError as exc:
-            raise FrontendError(f"cannot normalize the text: {exc}") from exc
+        normalized = self._normalize(text, spans)
         try:
             result, clauses = self._analyse(normalized, lexicon)
         except FrontendLexiconError:
