@@ -21,7 +21,6 @@ from .pipeline import MandarinFrontend
 from .prosody import WordSegmenter
 from .symbols import parse_tone3, split_syllable
 
-DEFAULT_TEXTS = Path("/work/shared/texts/callcenter_zh.tsv")
 #: Used when the shared call-center list is absent.
 BUILTIN_SENTENCES: tuple[str, ...] = (
     "您好，欢迎致电客户服务中心，请问有什么可以帮您？",
