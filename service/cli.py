@@ -34,10 +34,15 @@ def _cmd_voices(args: argparse.Namespace) -> int:
 
 
 def _cmd_normalize(args: argparse.Namespace) -> int:
-    from models.frontend import FrontendError, MandarinFrontend
+    from models.frontend import FrontendError, FrontendOptions, MandarinFrontend
 
     try:
-        print(MandarinFrontend().dry_run(args.text).format())
+        frontend = MandarinFrontend(FrontendOptions(lexicon_file=args.lexicon))
+        if args.explain:
+            explanation = frontend.explain(args.text)
+            print(explanation.format())
+            return 0 if explanation.error is None else 2
+        print(frontend.dry_run(args.text).format())
     except FrontendError as exc:
         print(f"voxpool: {exc}", file=sys.stderr)
         return 2
@@ -102,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("normalize", help="dry run of the frontend: normalized text, pinyin with prosody, ids")
     s.add_argument("text")
+    s.add_argument("--explain", action="store_true", help="per character: reading, reading before sandhi, origin")
+    s.add_argument("--lexicon", default=None, help="pronunciation lexicon file (grapheme<TAB>pinyin per line)")
     s.set_defaults(func=_cmd_normalize)
 
     sub.add_parser("bench", help="open-loop load generator and benchmark (`voxpool bench --help`; docs/benchmarks.md)")

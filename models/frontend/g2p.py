@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from pypinyin import Style
+from pypinyin.constants import PHRASES_DICT
 from pypinyin.core import Pinyin
 from pypinyin.pinyin_dict import pinyin_dict as _PYPINYIN_CHARS
 
+from .polyphones import ORIGIN_DOMAIN, disambiguate, domain_reading
 from .symbols import PinyinError, parse_tone3
 
 log = logging.getLogger(__name__)
@@ -33,14 +35,12 @@ NON_ERHUA = frozenset(
     "女儿 婴儿 孤儿 幼儿 胎儿 健儿 宠儿 患儿 男儿 少儿 育儿 弃儿 乳儿 孙儿 侄儿 混血儿 新生儿 托儿".split()
 )
 ERHUA_CHAR = "儿"
-#: Call-center polyphones pypinyin gets wrong, decided by the neighbouring characters:
-#: char → [(previous characters, next characters, reading)], first match wins; "" matches nothing.
-POLYPHONE_RULES: dict[str, tuple[tuple[str, str, str], ...]] = {
-    "还": (("归偿退应待已未欠", "款钱清贷债", "huan2"),),  # 还款 应还 已还 (not 还是 还有)
-    "重": (("", "置新复试启设拨播输填", "chong2"),),  # 重置 重新 重复 重试 (not 重要 重量)
-    "为": (("", "准主止由例", "wei2"), ("额值日率期号码量价", "", "wei2")),  # 为准, 金额为 (not 为您 为了)
-}
-
+#: Where a syllable's reading came from (shown by ``voxpool normalize --explain``).
+ORIGIN_DICTIONARY = "phrase dictionary"
+#: A word pypinyin's phrase table has no entry for: its characters get their most common readings.
+ORIGIN_DEFAULT = "character default"
+ORIGIN_NEUTRAL = "neutral-tone rule"
+ORIGIN_LEXICON = "lexicon"
 
 class LexiconError(ValueError):
     """A lexicon override entry is unusable; the message names the entry and what to change."""
@@ -58,7 +58,9 @@ class Word:
     ``pinyin[k]`` is the TONE3 syllable k (erhua merged: ``wanr2``); ``sources[k]`` the indices in the
     normalized text of the characters it reads (two for a merged erhua syllable). ``locked`` words come
     from the lexicon and are never changed by sandhi or neutral-tone rules; ``digits`` words are digit
-    strings read one digit at a time, ``number`` words written-out numbers (三千二百五十).
+    strings read one digit at a time, ``number`` words written-out numbers (三千二百五十). ``origins[k]`` says
+    where syllable k's reading came from (an ``ORIGIN_*`` label, for ``--explain``); ``lexical`` is the reading
+    before tone sandhi (filled in by the pipeline).
     """
 
     text: str
@@ -68,6 +70,8 @@ class Word:
     locked: bool = False
     digits: bool = False
     number: bool = False
+    origins: list[str] = field(default_factory=list)
+    lexical: list[str] = field(default_factory=list)
 
     @property
     def end(self) -> int:
@@ -85,40 +89,74 @@ class LexiconEntry:
 
 
 class Lexicon:
-    """Validated per-call pronunciation overrides, matched leftmost-longest over a text."""
+    """Validated pronunciation overrides, matched leftmost-longest over a text.
+
+    Matching looks up ``text[pos:pos + n]`` for each distinct entry length n of the entries starting with
+    ``text[pos]`` (longest first), so a lexicon of thousands of entries costs a few dict lookups per character.
+    """
 
     def __init__(self, entries: Mapping[str, str] | None = None) -> None:
         self._entries: dict[str, LexiconEntry] = {}
-        self._by_first: dict[str, list[str]] = {}
         for grapheme, reading in (entries or {}).items():
-            entry = _validate_entry(grapheme, reading)
-            self._entries[grapheme] = entry
-            self._by_first.setdefault(grapheme[0], []).append(grapheme)
-        for graphemes in self._by_first.values():
-            graphemes.sort(key=len, reverse=True)
+            self._entries[grapheme] = validate_entry(grapheme, reading)
+        self._index()
+
+    @classmethod
+    def from_entries(cls, entries: Mapping[str, LexiconEntry]) -> Lexicon:
+        """A lexicon of already-validated entries."""
+        out = cls()
+        out._entries = dict(entries)
+        out._index()
+        return out
+
+    def _index(self) -> None:
+        lengths: dict[str, set[int]] = {}
+        for grapheme in self._entries:
+            lengths.setdefault(grapheme[0], set()).add(len(grapheme))
+        self._lengths = {c: tuple(sorted(ns, reverse=True)) for c, ns in lengths.items()}
 
     def __len__(self) -> int:
         return len(self._entries)
 
+    def __contains__(self, grapheme: object) -> bool:
+        return grapheme in self._entries
+
     def match(self, text: str, pos: int) -> LexiconEntry | None:
         """The longest entry whose grapheme starts at ``text[pos]``, or None."""
-        for grapheme in self._by_first.get(text[pos], ()):
-            if text.startswith(grapheme, pos):
-                return self._entries[grapheme]
+        for n in self._lengths.get(text[pos], ()):
+            entry = self._entries.get(text[pos:pos + n])
+            if entry is not None:
+                return entry
         return None
 
     def merged(self, other: Lexicon) -> Lexicon:
         """A lexicon with this one's entries overridden by ``other``'s."""
-        out = Lexicon()
-        out._entries = {**self._entries, **other._entries}
-        for grapheme in out._entries:
-            out._by_first.setdefault(grapheme[0], []).append(grapheme)
-        for graphemes in out._by_first.values():
-            graphemes.sort(key=len, reverse=True)
-        return out
+        return Lexicon.from_entries({**self._entries, **other._entries})
 
 
-def _validate_entry(grapheme: object, reading: object) -> LexiconEntry:
+class LayeredLexicon:
+    """Lexicons consulted together without copying: the longest match wins, the later layer on equal graphemes.
+
+    Lets a per-call lexicon sit on top of a server lexicon of thousands of entries at no per-call cost.
+    """
+
+    def __init__(self, *layers: Lexicon) -> None:
+        self._layers = tuple(layer for layer in layers if len(layer))
+
+    def __len__(self) -> int:
+        return sum(len(layer) for layer in self._layers)
+
+    def match(self, text: str, pos: int) -> LexiconEntry | None:
+        """The longest entry of any layer starting at ``text[pos]`` (later layers win ties)."""
+        best: LexiconEntry | None = None
+        for layer in self._layers:
+            found = layer.match(text, pos)
+            if found is not None and (best is None or len(found.grapheme) >= len(best.grapheme)):
+                best = found
+        return best
+
+
+def validate_entry(grapheme: object, reading: object) -> LexiconEntry:
     """Check one override and align its syllables to the grapheme's characters."""
     if not isinstance(grapheme, str) or not grapheme.strip() or grapheme != grapheme.strip():
         raise LexiconError(f"lexicon entry {grapheme!r}: the grapheme must be a non-empty string without outer spaces")
@@ -165,6 +203,7 @@ def lexicon_word(entry: LexiconEntry, start: int) -> Word:
         pinyin=list(entry.syllables),
         sources=[tuple(start + o for o in offs) for offs in entry.offsets],
         locked=True,
+        origins=[ORIGIN_LEXICON] * len(entry.syllables),
     )
 
 
@@ -198,6 +237,12 @@ def assign_pinyin(words: list[Word], erhua: bool = True) -> list[Word]:
         if w.locked or w.pinyin:
             continue
         w.pinyin = list(word_readings(w.text))
+        w.origins = [ORIGIN_DICTIONARY if len(w.text) > 1 and w.text in PHRASES_DICT else ORIGIN_DEFAULT] * len(w.text)
+        if len(w.text) > 1 and not w.digits:
+            for k, syl in enumerate(domain_reading(w.text)[0]):
+                if syl is not None:
+                    w.pinyin[k] = syl
+                    w.origins[k] = ORIGIN_DOMAIN
         w.sources = [(w.start + k,) for k in range(len(w.text))]
         if not w.digits:
             _neutral_tones(w)
@@ -213,29 +258,27 @@ def assign_pinyin(words: list[Word], erhua: bool = True) -> list[Word]:
 
 
 def _polyphones(words: Sequence[Word]) -> None:
-    """Apply POLYPHONE_RULES in place over a clause (context may cross word boundaries)."""
-    chars = [(w, k) for w in words if not w.locked for k in range(len(w.text))]
-    for i, (w, k) in enumerate(chars):
-        rules = POLYPHONE_RULES.get(w.text[k])
-        if rules is None or len(w.pinyin) != len(w.text):
-            continue
-        prev_c = chars[i - 1][0].text[chars[i - 1][1]] if i > 0 and chars[i - 1][0].end >= w.start else ""
-        nxt = chars[i + 1] if i + 1 < len(chars) else None
-        next_c = nxt[0].text[nxt[1]] if nxt is not None else ""
-        for prevs, nexts, reading in rules:
-            if (prev_c and prev_c in prevs) or (next_c and next_c in nexts):
-                w.pinyin[k] = reading
-                break
+    """Context rules over one clause (see polyphones.py); locked and digit words give context only."""
+    live = [w for w in words if not w.pinyin or len(w.origins) == len(w.pinyin)]
+    disambiguate(
+        [w.text for w in live], [w.pinyin for w in live], [w.origins for w in live],
+        [w.locked or w.digits or w.number for w in live], ORIGIN_DEFAULT,
+    )
 
 
 def _neutral_tones(w: Word) -> None:
     """Neutral-tone rules pypinyin's dictionary does not cover."""
     if len(w.text) == 1 and w.text in NEUTRAL_PARTICLES:
-        w.pinyin[0] = w.pinyin[0][:-1] + "5"
+        k = 0
     elif len(w.text) == 3 and w.text[1] == "得" and w.pinyin[1][:-1] == "de":  # 说得好 来得及: complement 得
-        w.pinyin[1] = "de5"
+        k = 1
     elif len(w.text) == 2 and w.text[0] == w.text[1] and w.text[0] in NEUTRAL_REDUPLICATED:
-        w.pinyin[1] = w.pinyin[1][:-1] + "5"
+        k = 1
+    else:
+        return
+    if w.pinyin[k][-1] != "5":
+        w.pinyin[k] = w.pinyin[k][:-1] + "5"
+        w.origins[k] = ORIGIN_NEUTRAL
 
 
 def _merge_erhua(w: Word, done: list[Word]) -> None:
@@ -268,9 +311,10 @@ def _merge_erhua(w: Word, done: list[Word]) -> None:
         host.pinyin[host_k] = prev_syl[:-1] + "r" + prev_syl[-1]
         host.sources[host_k] = host.sources[host_k] + src
         if host is w:
-            del w.pinyin[k], w.sources[k]
+            del w.pinyin[k], w.sources[k], w.origins[k]
         else:
             host.text += w.text
             w.pinyin.clear()
             w.sources.clear()
+            w.origins.clear()
             return

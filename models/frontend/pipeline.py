@@ -6,7 +6,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .g2p import Lexicon, LexiconError, Word, assign_pinyin, has_pinyin, lexicon_word
+from .explain import Explanation, explain_words
+from .g2p import LayeredLexicon, Lexicon, LexiconError, Word, assign_pinyin, has_pinyin, lexicon_word
+from .lexicon_file import LexiconStore
 from .normalize import NormalizationError, NormalizedText, NormalizeOptions, Span, normalize
 from .prosody import (
     MARK_STRENGTH,
@@ -38,10 +40,17 @@ class FrontendLexiconError(FrontendError, LexiconError):
 
 @dataclass(frozen=True)
 class FrontendOptions:
-    """Frontend settings. ``lexicon`` holds deployment-wide overrides ``{grapheme: "chao2 yang2"}``."""
+    """Frontend settings.
+
+    ``lexicon`` holds deployment-wide overrides ``{grapheme: "chao2 yang2"}``; ``lexicon_file`` names a
+    lexicon file (one ``grapheme<TAB>pinyin`` per line, thousands of entries) loaded when the frontend is
+    built and reloadable with ``MandarinFrontend.reload_lexicon``. Inline entries override the file's;
+    per-call entries override both.
+    """
 
     normalize: NormalizeOptions = field(default_factory=NormalizeOptions)
     lexicon: Mapping[str, str] = field(default_factory=dict)
+    lexicon_file: str | None = None
     erhua: bool = True
     tone_sandhi: bool = True
     phrase_max_syllables: int = 7
@@ -89,11 +98,32 @@ class DryRun:
 class MandarinFrontend:
     """Turns text into Baker symbol ids; thread-safe, one instance per process is enough."""
 
-    def __init__(self, options: FrontendOptions | None = None, segmenter: WordSegmenter | None = None) -> None:
+    def __init__(
+        self,
+        options: FrontendOptions | None = None,
+        segmenter: WordSegmenter | None = None,
+        lexicon_store: LexiconStore | None = None,
+    ) -> None:
+        """``lexicon_store`` shares one reloadable server lexicon between frontends (else one is made here)."""
         self.options = options or FrontendOptions()
         self._segmenter = segmenter or default_segmenter()
         try:
             self._lexicon = Lexicon(self.options.lexicon)
+            if lexicon_store is None:
+                lexicon_store = LexiconStore()
+                if self.options.lexicon_file:
+                    lexicon_store.reload(self.options.lexicon_file)
+        except LexiconError as exc:
+            raise FrontendLexiconError(str(exc)) from None
+        self.lexicon_store = lexicon_store
+
+    def reload_lexicon(self, path: str) -> int:
+        """Swap in the lexicon file at ``path`` (all lines valid) and return its entry count.
+
+        Raises FrontendLexiconError listing the bad lines; the previous lexicon stays in force.
+        """
+        try:
+            return self.lexicon_store.reload(path)
         except LexiconError as exc:
             raise FrontendLexiconError(str(exc)) from None
 
@@ -105,13 +135,16 @@ class MandarinFrontend:
         self, text: str, spans: Sequence[Span] = (), lexicon: Mapping[str, str] | None = None
     ) -> FrontendResult:
         """Normalize ``text`` and convert it to ids; raises FrontendError for text with nothing to say."""
+        return self.from_normalized(self._normalize(text, spans), lexicon)
+
+    def _normalize(self, text: str, spans: Sequence[Span]) -> NormalizedText:
+        """The normalized text, or FrontendError for a non-str text or bad spans."""
         if not isinstance(text, str):
             raise FrontendError(f"text must be a str, got {type(text).__name__}")
         try:
-            normalized = normalize(text, self.options.normalize, spans)
+            return normalize(text, self.options.normalize, spans)
         except NormalizationError as exc:
             raise FrontendError(f"cannot normalize the text: {exc}") from exc
-        return self.from_normalized(normalized, lexicon)
 
     def dry_run(
         self, text: str, spans: Sequence[Span] = (), lexicon: Mapping[str, str] | None = None
@@ -121,12 +154,37 @@ class MandarinFrontend:
 
     def from_normalized(self, normalized: NormalizedText, lexicon: Mapping[str, str] | None = None) -> FrontendResult:
         """Convert already-normalized text (Hanzi and pause marks) to ids."""
-        lex = self._lexicon
+        return self._analyse(normalized, lexicon)[0]
+
+    def explain(
+        self, text: str, spans: Sequence[Span] = (), lexicon: Mapping[str, str] | None = None
+    ) -> Explanation:
+        """Every character's reading and where it came from; ``Explanation.format()`` prints it.
+
+        Never raises for the text itself: text with nothing to say gives an explanation whose ``error``
+        says why (bad spans or lexicon entries still raise FrontendError, as in to_ids).
+        """
+        normalized = self._normalize(text, spans)
+        try:
+            result, clauses = self._analyse(normalized, lexicon)
+        except FrontendLexiconError:
+            raise
+        except FrontendError as exc:
+            return explain_words(text, normalized, [], spans, "", normalized.warnings, str(exc))
+        words = [w for clause in clauses for phrase in clause.phrases for pw in phrase for w in pw]
+        return explain_words(text, normalized, words, spans, result.marked_pinyin, result.warnings, None)
+
+    def _analyse(
+        self, normalized: NormalizedText, lexicon: Mapping[str, str] | None
+    ) -> tuple[FrontendResult, list[Clause]]:
+        """The result for normalized text, with the clauses (words and their readings) it was built from."""
+        layers = [self.lexicon_store.current(), self._lexicon]
         if lexicon:
             try:
-                lex = lex.merged(Lexicon(lexicon))
+                layers.append(Lexicon(lexicon))
             except LexiconError as exc:
                 raise FrontendLexiconError(str(exc)) from None
+        lex = LayeredLexicon(*layers)
         text = normalized.text
         raw_clauses, skipped = self._scan(text, lex)
         clauses = self._build_clauses(raw_clauses)
@@ -147,7 +205,7 @@ class MandarinFrontend:
             )
         index = normalized.source_index
         id_source = [None if s is None else index[s] for s in seq.sources]
-        return FrontendResult(
+        result = FrontendResult(
             ids=symbols_to_ids(seq.phones),
             phones=seq.phones,
             pinyin=seq.pinyin,
@@ -156,8 +214,9 @@ class MandarinFrontend:
             id_source=id_source,
             warnings=tuple(warnings),
         )
+        return result, clauses
 
-    def _scan(self, text: str, lex: Lexicon) -> tuple[list[tuple[list[Word], str | None]], list[int]]:
+    def _scan(self, text: str, lex: LayeredLexicon) -> tuple[list[tuple[list[Word], str | None]], list[int]]:
         """Cut normalized text into clauses of words (lexicon matches, digit strings, jieba words)."""
         clauses: list[tuple[list[Word], str | None]] = []
         words: list[Word] = []
@@ -208,6 +267,8 @@ class MandarinFrontend:
                         out[-1] = Clause(prev.phrases, pause)
                 continue
             words = assign_pinyin(words, erhua=self.options.erhua)
+            for w in words:
+                w.lexical = list(w.pinyin)
             if self.options.tone_sandhi:
                 yi_bu_sandhi(words)
             prosodic_words = group_prosodic_words(words)

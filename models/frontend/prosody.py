@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .g2p import Word
+from .polyphones import domain_words
 from .symbols import EOS, SIL, syllable_symbols
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ class WordSegmenter:
             tokenizer.initialize()
             for word in _JIEBA_REMOVE:
                 tokenizer.del_word(word)
-            for word in _JIEBA_ADD:
+            for word in (*_JIEBA_ADD, *domain_words()):
                 tokenizer.add_word(word, tokenizer.suggest_freq(word, tune=False) + 1)
             self._tokenizer = tokenizer
             self.init_seconds = time.perf_counter() - t0

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from models.frontend import verbalize as vb
+from models.frontend.tn_options import NormalizeOptions
 from models.frontend.tn_tables import (
     CURRENCY_PREFIX_RE,
     CURRENCY_PREFIXES,
@@ -26,8 +26,6 @@ from models.frontend.tn_tables import (
     TEMPERATURE_UNITS,
 )
 
-if TYPE_CHECKING:
-    from models.frontend.normalize import NormalizeOptions
 
 NUM_RE = re.compile(r"(?P<sign>[-−])?(?P<int>[0-9]{1,3}(?:,[0-9]{3})+(?![0-9])|[0-9]+)(?:\.(?P<frac>[0-9]+))?")
 TIME_RE = re.compile(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import unicodedata
 from fractions import Fraction
-from typing import TYPE_CHECKING
 
 from models.frontend import verbalize as vb
 from models.frontend.tn_core import (
@@ -18,7 +17,10 @@ from models.frontend.tn_core import (
     left_class,
     start_of_digits,
 )
+from models.frontend.tn_options import NormalizeOptions
 from models.frontend.tn_tables import (
+    HANZI_CHAR_RE,
+    HANZI_RUN_RE,
     CURRENCY_NAMES,
     CURRENCY_PREFIX_RE,
     CURRENCY_PREFIXES,
@@ -36,12 +38,7 @@ from models.frontend.tn_tables import (
     WORD_READINGS,
 )
 
-if TYPE_CHECKING:
-    from models.frontend.normalize import NormalizeOptions
 
-HANZI_CLASS = "\u3400-\u4dbf\u4e00-\u9fff\U00020000-\U0003134f"
-HANZI_RUN_RE = re.compile(f"[{HANZI_CLASS}]+")
-HANZI_CHAR_RE = re.compile(f"[{HANZI_CLASS}]")
 
 _DATE_YMD_RE = re.compile(
     r"(?P<y>[0-9]{4})(?P<sep>[-/.])(?P<m>[0-9]{1,2})(?P=sep)(?P<d>[0-9]{1,2})(?![0-9])(?P<suffix>[日号])?"

@@ -7,8 +7,9 @@ from collections.abc import Callable
 
 from models.frontend import verbalize as vb
 from models.frontend.tn_core import Num, is_digit
-from models.frontend.tn_rules import HANZI_CHAR_RE, Scanner
+from models.frontend.tn_rules import Scanner
 from models.frontend.tn_tables import (
+    HANZI_CHAR_RE,
     CURRENCY_PREFIX_RE,
     CURRENCY_PREFIXES,
     CURRENCY_SUFFIX_RE,

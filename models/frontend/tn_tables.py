@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import re
 
+HANZI_CLASS = "\u3400-\u4dbf\u4e00-\u9fff\U00020000-\U0003134f"
+HANZI_RUN_RE = re.compile(f"[{HANZI_CLASS}]+")
+HANZI_CHAR_RE = re.compile(f"[{HANZI_CLASS}]")
+
 #: Latin letter → the conventional Mandarin reading written in Hanzi (what call-center agents say when spelling).
 LETTER_READINGS: dict[str, str] = {
     "A": "诶", "B": "比", "C": "西", "D": "迪", "E": "伊", "F": "艾弗", "G": "吉", "H": "艾尺", "I": "爱",

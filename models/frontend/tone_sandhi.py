@@ -4,7 +4,7 @@ Rules (the order matters: 一, then 不, then 3-3):
 
 * 一 (yi): left alone in locked (lexicon) and digit-string words and when read 幺 (yao1). Read yi1 when
   counted or named: after 第 or a numeral (十一, 一百一, 零点一), before a numeral or 点+numeral (一二三,
-  一点五), after 按/拨/选 or as a word of its own after 回复/输入/选择… (请按一, 回复一可以), before 月/号
+  一点五), after 按/拨/选 or as a word of its own after 回复/输入/选择… (请按一, 回复一可以, 回复一来确认; not before a measure word: 选择一种), before 月/号
   (一月, 一号), at the end of a word of two or more characters (统一, 唯一) or of the clause.
   Neutral (yi5) between a repeated character (看一看). Otherwise yi2 before
   a 4th (or neutral) tone and yi4 before tones 1, 2 and 3 (一样 yi2, 一天 yi4).
@@ -30,6 +30,8 @@ _YI_NUMBER_AFTER = frozenset("按拨选")
 #: Words after which a standalone 一 names the digit (回复一 "reply 1").
 NUMBER_VERBS = frozenset({"按", "请按", "拨", "拨打", "选", "选择", "回复", "输入", "键入", "发送", "编辑", "请选择"})
 _YI_DATE_NEXT = frozenset("月号")
+#: Measure words and the like after 一 that make it the numeral "one" in a phrase (选择一种), not a digit.
+MEASURES_AFTER_YI = frozenset("个种下次位项张份条遍件名家笔批些点样起般共直定致天年周块元分秒句声步段台部本套间会")
 
 IsWord = Callable[[str], bool]
 
@@ -79,7 +81,10 @@ def yi_bu_sandhi(words: Sequence[Word]) -> None:
             tone = 5
         elif prev_c == "第" or prev_c in NUMERAL_CHARS or prev_c == "点" or prev_c in _YI_NUMBER_AFTER:
             tone = 1
-        elif w.text == "一" and wi > 0 and words[wi - 1].text in NUMBER_VERBS and words[wi - 1].end == w.start:
+        elif (
+            si == 0 and wi > 0 and words[wi - 1].text in NUMBER_VERBS and words[wi - 1].end == w.start
+            and next_c not in MEASURES_AFTER_YI
+        ):
             tone = 1
         elif next_c in _DIGIT_NEXT or next_c in _YI_DATE_NEXT or (next_c == "点" and char(i + 2) in _DIGIT_NEXT):
             tone = 1

@@ -1,0 +1,118 @@
+"""Polyphones from context: the call-center test set (whole, in CI) and the rules and domain word list behind it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from models.frontend import MandarinFrontend
+from models.frontend.evalset import EvalSetError, format_misses, load_cases, parse_cases, score
+from models.frontend.polyphones import _parse_domain_words, domain_reading, domain_words
+
+CASES_TSV = Path(__file__).parent / "polyphone_cases.tsv"
+CASES = load_cases(CASES_TSV)
+#: Floors under the measured accuracy (docs/frontend.md): dev 100 %, held-out 97.0 % when this was written.
+DEV_FLOOR = 0.995
+HELDOUT_FLOOR = 0.965
+
+
+@pytest.fixture(scope="module")
+def fe() -> MandarinFrontend:
+    return MandarinFrontend()
+
+
+def test_set_is_large_and_covers_the_domains_and_characters() -> None:
+    assert len(CASES) >= 400
+    assert len({c.sentence for c in CASES}) == len(CASES)
+    assert len({c.case_id for c in CASES}) == len(CASES)
+    domains = Counter(c.domain for c in CASES)
+    for d in ("banking", "telecom", "courier", "insurance", "utilities", "government"):
+        assert domains[d] >= 50, domains
+    chars = Counter(ch.char for c in CASES for ch in c.checks)
+    for c in "行长重还得地着了为传调处转发更单降数差空便应少中乐参藏结量种号一不":
+        assert chars[c] >= 2, f"{c} is checked only {chars[c]} times"
+    splits = Counter(c.split for c in CASES)
+    assert splits["heldout"] >= 150 and splits["dev"] >= 250
+    assert sum(1 for c in CASES for ch in c.checks if ch.klass == "sandhi") >= 100
+
+
+@pytest.mark.parametrize(("split", "floor"), [("dev", DEV_FLOOR), ("heldout", HELDOUT_FLOOR)])
+def test_accuracy_on_the_set(fe: MandarinFrontend, split: str, floor: float) -> None:
+    result = score(fe.explain, [c for c in CASES if c.split == split])
+    assert result.n > 250
+    assert result.accuracy >= floor, (
+        f"{split}: {result.n_right}/{result.n} = {result.accuracy:.4f} < {floor}; misses:\n"
+        + format_misses(result.misses)
+    )
+
+
+def test_scorer_counts_a_wrong_reading_as_a_miss() -> None:
+    cases = parse_cases(["x1\tdev\tbanking\t银行行长\t行=xing2 长=zhang3\tauthored for voxpool"])
+    result = score(MandarinFrontend().explain, cases)
+    assert (result.n, result.n_right) == (2, 1)
+    assert result.misses[0].check.char == "行" and result.misses[0].got_lexical == "hang2"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "x\tdev\tbanking\t银行\t行=hang\tauthored",  # no tone
+        "x\tdev\tbanking\t银行\t长=zhang3\tauthored",  # character not in the sentence
+        "x\ttrain\tbanking\t银行\t行=hang2\tauthored",  # unknown split
+        "x\tdev\tbanking\t银行\t行=hang2",  # five columns
+    ],
+)
+def test_malformed_rows_are_refused_with_the_line_number(line: str) -> None:
+    with pytest.raises(EvalSetError, match="line 2"):
+        parse_cases(["# comment", line])
+
+
+@pytest.mark.parametrize(
+    ("text", "char", "expected"),
+    [
+        ("您得先开通手机银行。", "得", "dei3"),  # modal after a pronoun
+        ("检修人员得先切断电源。", "得", "dei3"),  # modal before 先
+        ("您说得对。", "得", "de5"),  # complement
+        ("空调请不要调得太低。", "得", "de5"),  # complement before a degree word
+        ("个人所得税由单位代扣。", "得", "de2"),  # domain word inside jieba's word
+        ("请耐心地等待。", "地", "de5"),  # adverbial particle
+        ("我们会尽快地为您处理。", "地", "de5"),  # jieba's 地为 has no phrase entry
+        ("您的医保已转到新的参保地。", "地", "di4"),
+        ("手续费为五元。", "为", "wei2"),  # copula before a number
+        ("期限为一年。", "为", "wei2"),
+        ("很高兴为您服务。", "为", "wei4"),
+        ("为保障资金安全，请勿转账。", "为", "wei4"),  # clause-initial purpose
+        ("请问是单先生吗？", "单", "shan4"),  # surname before a title
+        ("您的账单已经寄出。", "单", "dan1"),
+        ("解女士您好。", "解", "xie4"),
+        ("通话时长按分钟计算。", "长", "chang2"),  # domain word 时长
+        ("这个月的通话时间较长。", "长", "chang2"),  # after a degree word
+        ("本月用电量增长了。", "长", "zhang3"),
+        ("感谢您对我行的支持。", "行", "hang2"),  # domain word 我行
+        ("利率将于下月上调。", "调", "tiao2"),  # domain word 上调 (pypinyin says diao4)
+        ("户籍迁移需要调档函。", "调", "diao4"),
+    ],
+)
+def test_context_readings(fe: MandarinFrontend, text: str, char: str, expected: str) -> None:
+    index = text.index(char)
+    entry = next(c for c in fe.explain(text).chars if c.input_index == index)
+    assert entry.lexical == expected, (text, entry)
+
+
+def test_domain_word_list_is_valid_and_used_inside_longer_words() -> None:
+    table = domain_words()
+    assert len(table) >= 50
+    assert table["我行"] == ("wo3", "hang2")
+    readings, whole = domain_reading("个人所得")
+    assert not whole and readings[2:] == ("suo3", "de2")
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [("行\thang2 zhang3\n", "line 1: 2 syllables"), ("# c\n\n行长\thang2 zhangg3\n", "line 3")],
+)
+def test_domain_word_list_errors_name_the_line(text: str, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        _parse_domain_words(text, "domain_words.tsv")
