@@ -186,14 +186,16 @@ def _rule(c: str, word: str, k: int, wi: int, texts: Sequence[str], clause: str,
     if word == "得到" and k == 0 and prev_c in _PRONOUN_CHARS and _starts(clause, i + 2, _PLACE_AFTER_DEDAO):
         return "dei3"
     if c == "地" and alone:
-        if len(prev_word) >= 2 and i + 1 < len(clause):
+        if (len(prev_word) >= 2 or _one_x_one_x(clause, i)) and i + 1 < len(clause):
             return "di4" if clause[i + 1] in _AFTER_PLACE_DI else "de5"
         return None
+    if c == "数" and alone and clause[i + 1:i + 2] in _NUMERAL_CHARS and clause[i + 2:i + 3] in "遍次下":
+        return "shu3"  # 数两遍 (not 数万元)
     if c == "调" and alone:
-        if prev_word in _MOVED_BEFORE_DIAO:
+        if prev_word.endswith(_MOVED_BEFORE_DIAO):
             return "diao4"
-        if clause[i + 1:i + 2] == "到" and clause[i + 2:i + 3] in _NUMERAL_CHARS:
-            return "tiao2"  # 限额调到两万元, 温度调到二十六度
+        if clause[i + 1:i + 2] == "到" and any(ch in _NUMERAL_CHARS for ch in clause[i + 2:i + 6]):
+            return "tiao2"  # 限额调到两万元, 温度调到二十六度, 调到每日五万元
     if c == "为" and alone:
         if _starts(clause, i + 1, _PERSON_AFTER_WEI) or (not prev_c and _starts(clause, i + 1, _PURPOSE_AFTER_WEI)):
             return "wei4"
@@ -205,3 +207,8 @@ def _rule(c: str, word: str, k: int, wi: int, texts: Sequence[str], clause: str,
             if (prev_c and prev_c in prevs) or (next_c and next_c in nexts):
                 return reading
     return None
+
+
+def _one_x_one_x(clause: str, i: int) -> bool:
+    """Whether the four characters before ``clause[i]`` are 一X一X (一单一单地, 一步一步地)."""
+    return i >= 4 and clause[i - 4] == clause[i - 2] == "一" and clause[i - 3] == clause[i - 1]

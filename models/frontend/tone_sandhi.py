@@ -77,7 +77,11 @@ def yi_bu_sandhi(words: Sequence[Word]) -> None:
         wi, si, _ = flat[i]
         w = words[wi]
         prev_c, next_c = char(i - 1), char(i + 1)
-        if prev_c and prev_c == next_c and prev_c not in NUMERAL_CHARS and char(i - 2) != "一":
+        in_one_x_one_x = (char(i + 2) == "一" and char(i + 3) == next_c) or (char(i - 2) == "一" and prev_c == next_c)
+        if in_one_x_one_x and next_c not in NUMERAL_CHARS and i + 1 < n:
+            nxt_tone = tone_of(syl(i + 1))
+            tone = 2 if nxt_tone in (4, 5) else 4  # 一单一单, 一步一步: each 一 by the tone after it
+        elif prev_c and prev_c == next_c and prev_c not in NUMERAL_CHARS:
             tone = 5  # 看一看 (not the second 一 of 一件一件)
         elif (
             prev_c == "第" or prev_c in NUMERAL_CHARS or prev_c in _YI_NUMBER_AFTER
