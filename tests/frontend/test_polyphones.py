@@ -93,6 +93,20 @@ def test_malformed_rows_are_refused_with_the_line_number(line: str) -> None:
         ("感谢您对我行的支持。", "行", "hang2"),  # domain word 我行
         ("利率将于下月上调。", "调", "tiao2"),  # domain word 上调 (pypinyin says diao4)
         ("户籍迁移需要调档函。", "调", "diao4"),
+        ("分期手续费得一次性付清。", "得", "dei3"),  # modal after a noun
+        ("这份保单得由投保人本人签字。", "得", "dei3"),
+        ("这个月的流量用得比较多。", "得", "de5"),  # complement after a verb
+        ("请到户籍地的派出所补办。", "地", "di4"),  # place noun before 的
+        ("开户地不同，手续费也不同。", "地", "di4"),  # domain word
+        ("快递员会一件一件地派送。", "地", "de5"),  # adverbial after 一X一X
+        ("请您当面数一数钞票。", "数", "shu3"),  # the verb
+        ("柜员会把现金数两遍。", "数", "shu3"),
+        ("请输入您的交易次数。", "数", "shu4"),
+        ("请把转账限额调到两万元。", "调", "tiao2"),  # adjusted to an amount
+        ("您的档案调得比较慢。", "调", "diao4"),  # a fetched thing before 调
+        ("请把手机音量调大一些。", "调", "tiao2"),
+        ("存期越长，利率越高。", "长", "chang2"),
+        ("请确认转入行的名称。", "行", "hang2"),
     ],
 )
 def test_context_readings(fe: MandarinFrontend, text: str, char: str, expected: str) -> None:
