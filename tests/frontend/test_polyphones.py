@@ -13,9 +13,10 @@ from models.frontend.polyphones import _parse_domain_words, domain_reading, doma
 
 CASES_TSV = Path(__file__).parent / "polyphone_cases.tsv"
 CASES = load_cases(CASES_TSV)
-#: Floors under the measured accuracy (docs/frontend.md): dev 100 %, held-out 97.0 % when this was written.
+#: Floors under the measured accuracy (docs/frontend.md): dev 100 %, held-out 97.35 %, held-out-2 96.90 %.
 DEV_FLOOR = 0.995
 HELDOUT_FLOOR = 0.965
+HELDOUT2_FLOOR = 0.96
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +35,13 @@ def test_set_is_large_and_covers_the_domains_and_characters() -> None:
     for c in "行长重还得地着了为传调处转发更单降数差空便应少中乐参藏结量种号一不":
         assert chars[c] >= 2, f"{c} is checked only {chars[c]} times"
     splits = Counter(c.split for c in CASES)
-    assert splits["heldout"] >= 150 and splits["dev"] >= 250
+    assert splits["heldout"] >= 150 and splits["heldout2"] >= 150 and splits["dev"] >= 250
     assert sum(1 for c in CASES for ch in c.checks if ch.klass == "sandhi") >= 100
 
 
-@pytest.mark.parametrize(("split", "floor"), [("dev", DEV_FLOOR), ("heldout", HELDOUT_FLOOR)])
+@pytest.mark.parametrize(
+    ("split", "floor"), [("dev", DEV_FLOOR), ("heldout", HELDOUT_FLOOR), ("heldout2", HELDOUT2_FLOOR)]
+)
 def test_accuracy_on_the_set(fe: MandarinFrontend, split: str, floor: float) -> None:
     result = score(fe.explain, [c for c in CASES if c.split == split])
     assert result.n > 250
