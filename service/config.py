@@ -89,6 +89,7 @@ class FrontendConfig:
     one_as_yao: bool = True  # read the digit 1 as 幺 in phone numbers and codes
     first_clause_cut: bool = True  # the first segment of a turn may end at a comma to cut TTFA
     max_segment_chars: int = 80
+    lexicon_file: str = ""  # server pronunciation lexicon (grapheme<TAB>pinyin lines); "" = none; reread on SIGHUP
 
 
 @dataclass
@@ -272,6 +273,19 @@ def validate(cfg: ServiceConfig) -> None:
     if cfg.telemetry.metrics_port and cfg.telemetry.metrics_port == cfg.server.port:
         raise ConfigError("telemetry.metrics_port must differ from server.port")
     _validate_security(cfg)
+    _validate_lexicon_file(cfg)
+
+
+def _validate_lexicon_file(cfg: ServiceConfig) -> None:
+    """A configured lexicon file must load whole: a bad line stops the start with its line number."""
+    if not cfg.frontend.lexicon_file:
+        return
+    from models.frontend.lexicon_file import LexiconFileError, load_lexicon_file
+
+    try:
+        load_lexicon_file(cfg.frontend.lexicon_file)
+    except LexiconFileError as exc:
+        raise ConfigError(f"frontend.lexicon_file: {exc}") from None
 
 
 def _validate_security(cfg: ServiceConfig) -> None:

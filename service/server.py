@@ -16,7 +16,7 @@ from engine.async_engine import AsyncEngine
 from engine.config import EngineConfig
 from engine.core import Health as EngineHealth
 from models.frontend.normalize import NormalizeOptions
-from models.frontend.pipeline import FrontendOptions, MandarinFrontend
+from models.frontend.pipeline import FrontendLexiconError, FrontendOptions, MandarinFrontend
 from protos.voxpool.v1 import tts_pb2, tts_pb2_grpc
 from service.admission import Admission
 from service.call import CallDeps
@@ -64,7 +64,8 @@ class VoxpoolServer:
         self.telemetry.bind_server(lambda: self.admission.active, cfg.server.max_calls)
         self.telemetry.attach_engine(engine)
         self.executor = ThreadPoolExecutor(max_workers=cfg.server.worker_threads, thread_name_prefix="frontend")
-        self.frontend = MandarinFrontend(FrontendOptions(normalize=NormalizeOptions(one_as_yao=cfg.frontend.one_as_yao)))
+        self.frontend = MandarinFrontend(FrontendOptions(normalize=NormalizeOptions(one_as_yao=cfg.frontend.one_as_yao),
+                                                         lexicon_file=cfg.frontend.lexicon_file or None))
         self.deps = CallDeps(
             engine=engine, frontend=self.frontend, executor=self.executor,
             voices=voice_entries(voices, cfg.voice.default), cfg=cfg, telemetry=self.telemetry,
@@ -86,6 +87,7 @@ class VoxpoolServer:
         self.port = 0
         self._monitor: asyncio.Task | None = None
         self._stopped = asyncio.Event()
+        self._reloads: set[asyncio.Task] = set()
 
     async def start(self) -> int:
         """Bind, warm up the frontend and the engine, then admit calls; returns the bound port."""
@@ -109,6 +111,26 @@ class VoxpoolServer:
         self._monitor = loop.create_task(self._watch_engine())
         log.info("voxpool serving on port %d (voices: %s)", self.port, ", ".join(self.deps.voices))
         return self.port
+
+    def request_lexicon_reload(self) -> None:
+        """SIGHUP handler: reload the lexicon file in the background (the task is kept until it ends)."""
+        task = asyncio.get_running_loop().create_task(self.reload_lexicon())
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
+
+    async def reload_lexicon(self) -> bool:
+        """Reread frontend.lexicon_file (on SIGHUP); a refused file is logged with its line numbers and the old one kept."""
+        path = self.cfg.frontend.lexicon_file
+        if not path:
+            log.info("SIGHUP: no frontend.lexicon_file configured, nothing to reload")
+            return False
+        try:
+            count = await asyncio.get_running_loop().run_in_executor(self.executor, self.frontend.reload_lexicon, path)
+        except FrontendLexiconError as exc:
+            log.error("SIGHUP: %s; the previous lexicon stays in use", exc)
+            return False
+        log.info("SIGHUP: lexicon %s reloaded (%d entries)", path, count)
+        return True
 
     async def _watch_engine(self) -> None:
         while True:
@@ -201,6 +223,7 @@ async def serve(cfg: ServiceConfig, backend: str = "engine") -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, server.request_lexicon_reload)
     await server.start()
     await stop.wait()
     log.info("signal received: draining")

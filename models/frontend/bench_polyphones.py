@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import g2p
-from .evalset import SANDHI_CLASS, Case, Score, load_cases, score
+from .evalset import SANDHI_CLASS, SPLITS, Case, Score, load_cases, score
 from .explain import Explanation
 from .normalize import normalize
 from .pipeline import MandarinFrontend
@@ -107,7 +107,7 @@ def run(name: str, cases: list[Case]) -> list[dict]:
         return cache[text]
 
     rows = []
-    for split in ("dev", "heldout"):
+    for split in SPLITS:
         chosen = [c for c in cases if c.split == split]
         sc = score(timed, chosen)
         rows.append(_row(name, split, sc, [times[c.sentence][0] for c in chosen]))
@@ -116,9 +116,9 @@ def run(name: str, cases: list[Case]) -> list[dict]:
 
 def format_rows(rows: list[dict]) -> str:
     """Accuracy table, then the per-class breakdown of the held-out split."""
-    lines = [f"{'candidate':24s} {'split':8s} {'right/checks':>13s} {'accuracy':>9s} {'p50 ms':>7s} {'p99 ms':>7s}"]
+    lines = [f"{'candidate':24s} {'split':9s} {'right/checks':>13s} {'accuracy':>9s} {'p50 ms':>7s} {'p99 ms':>7s}"]
     for r in rows:
-        lines.append(f"{r['candidate']:24s} {r['split']:8s} {r['right']:>6d}/{r['checks']:<6d} "
+        lines.append(f"{r['candidate']:24s} {r['split']:9s} {r['right']:>6d}/{r['checks']:<6d} "
                      f"{100 * r['accuracy']:8.2f}% {r['explain_p50_ms']:7.2f} {r['explain_p99_ms']:7.2f}")
     for r in rows:
         classes = " ".join(f"{k}:{v[0]}/{v[1]}" for k, v in r["per_class"].items() if k == SANDHI_CLASS or v[0] != v[1])

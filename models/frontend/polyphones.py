@@ -36,9 +36,19 @@ DOMAIN_WORDS_FILE = "domain_words.tsv"
 NEIGHBOUR_RULES: dict[str, tuple[tuple[str, str, str], ...]] = {
     "还": (("归偿退应待已未欠", "款钱清贷债", "huan2"),),  # 还款 应还 已还 (not 还是 还有)
     "重": (("", "置新复试启设拨播输填", "chong2"),),  # 重置 重新 重复 重试 (not 重要 重量)
-    "长": (("较很太更最过挺偏超延加", "", "chang2"),),  # 较长 太长 延长 (not 增长 行长)
-    "调": (("", "得高低成好整节试", "tiao2"),),  # 调得太低 调高 (not 调取 调查)
+    "长": (("较很太更最过挺偏超延加越", "", "chang2"),),  # 较长 太长 延长 越长 (not 增长 行长)
+    "调": (("", "得高低成好整节试大小快慢亮暗", "tiao2"),),  # 调得太低 调高 调大 (not 调取 调查)
+    "数": (("面", "一清完错遍了", "shu3"),),  # 当面数 数一数 数清 (the verb; not 数量 次数)
 }
+#: Characters whose neighbour rule applies only when read alone (数 inside 次数, 分数 keeps its word reading).
+_NEIGHBOUR_ALONE_ONLY = frozenset("数")
+#: Things that are fetched or moved (调 diao4: 档案调得慢, 调取): the word before 调 names one of them.
+_MOVED_BEFORE_DIAO = ("档案", "记录", "资料", "材料", "监控", "录像", "流水", "凭证", "人事", "工作", "干部", "人员", "岗位")
+_NUMERAL_CHARS = frozenset("零一二三四五六七八九十百千万两几半")
+#: Last characters of nouns that can be the subject of a modal 得 (手续费得一次性付清, 保单得由本人签字).
+_NOUN_FINAL_BEFORE_DEI = frozenset("费单卡证件款网表金额书照据")
+#: What directly follows a place-noun 地 (di4: 户籍地的派出所, 开户地不同); an adverbial 地 is followed by a verb.
+_AFTER_PLACE_DI = frozenset("的不是")
 #: What follows a complement 得 (de5): degree words and adjectives (说得对, 调得太低, 办得很及时).
 _COMPLEMENT_NEXT = frozenset("太很非常好对不更真特别正及清快慢多少早晚高低远近挺有")
 #: Surnames read differently from the common word, before a title.
@@ -58,6 +68,7 @@ _PRONOUN_CHARS = frozenset("您你我他她们咱")
 _MODAL_NEXT = (
     "先", "本人", "在", "等", "去", "拍", "请", "上报", "出示", "提供", "重新", "马上", "赶", "交", "补", "带",
     "亲自", "携带", "填", "核", "留", "提前", "准备", "确认", "联系", "考虑",
+    "由", "一次", "满足", "经过", "通过", "按", "符合", "缴", "付", "签", "附", "预约", "排队", "登记", "支付", "申请",
 )
 _PLACE_AFTER_DEDAO = ("现场", "柜台", "网点", "营业", "窗口", "派出所", "医院", "银行", "社区", "附近", "指定", "当地")
 
@@ -169,21 +180,35 @@ def _rule(c: str, word: str, k: int, wi: int, texts: Sequence[str], clause: str,
             return "dei3"
         if prev_word and i + 1 < len(clause) and clause[i + 1] in _COMPLEMENT_NEXT:
             return "de5"
+        if len(prev_word) >= 2 and prev_word[-1] in _NOUN_FINAL_BEFORE_DEI and i + 1 < len(clause):
+            return "dei3"
         return None
     if word == "得到" and k == 0 and prev_c in _PRONOUN_CHARS and _starts(clause, i + 2, _PLACE_AFTER_DEDAO):
         return "dei3"
     if c == "地" and alone:
-        if len(prev_word) >= 2 and i + 1 < len(clause):
-            return "de5"
+        if (len(prev_word) >= 2 or _one_x_one_x(clause, i)) and i + 1 < len(clause):
+            return "di4" if clause[i + 1] in _AFTER_PLACE_DI else "de5"
         return None
+    if c == "数" and alone and clause[i + 1:i + 2] in _NUMERAL_CHARS and clause[i + 2:i + 3] in "遍次下":
+        return "shu3"  # 数两遍 (not 数万元)
+    if c == "调" and alone:
+        if prev_word.endswith(_MOVED_BEFORE_DIAO):
+            return "diao4"
+        if clause[i + 1:i + 2] == "到" and any(ch in _NUMERAL_CHARS for ch in clause[i + 2:i + 6]):
+            return "tiao2"  # 限额调到两万元, 温度调到二十六度, 调到每日五万元
     if c == "为" and alone:
         if _starts(clause, i + 1, _PERSON_AFTER_WEI) or (not prev_c and _starts(clause, i + 1, _PURPOSE_AFTER_WEI)):
             return "wei4"
         return "wei2"
     rules = NEIGHBOUR_RULES.get(c)
-    if rules is not None:
+    if rules is not None and (alone or c not in _NEIGHBOUR_ALONE_ONLY):
         next_c = clause[i + 1] if i + 1 < len(clause) else ""
         for prevs, nexts, reading in rules:
             if (prev_c and prev_c in prevs) or (next_c and next_c in nexts):
                 return reading
     return None
+
+
+def _one_x_one_x(clause: str, i: int) -> bool:
+    """Whether the four characters before ``clause[i]`` are 一X一X (一单一单地, 一步一步地)."""
+    return i >= 4 and clause[i - 4] == clause[i - 2] == "一" and clause[i - 3] == clause[i - 1]

@@ -3,10 +3,10 @@
 Rules (the order matters: 一, then 不, then 3-3):
 
 * 一 (yi): left alone in locked (lexicon) and digit-string words and when read 幺 (yao1). Read yi1 when
-  counted or named: after 第 or a numeral (十一, 一百一, 零点一), before a numeral or 点+numeral (一二三,
+  counted or named: after 第, a numeral or a numeral's 点 (十一, 一百一, 零点一; not 清点一下), before a numeral or 点+numeral (一二三,
   一点五), after 按/拨/选 or as a word of its own after 回复/输入/选择… (请按一, 回复一可以, 回复一来确认; not before a measure word: 选择一种), before 月/号
   (一月, 一号), at the end of a word of two or more characters (统一, 唯一) or of the clause.
-  Neutral (yi5) between a repeated character (看一看). Otherwise yi2 before
+  Neutral (yi5) between a repeated character (看一看), but not in 一X一X (一件一件 yi2 jian4 yi2 jian4). Otherwise yi2 before
   a 4th (or neutral) tone and yi4 before tones 1, 2 and 3 (一样 yi2, 一天 yi4).
 * 不 (bu): bu5 when pypinyin's phrase reading is already neutral (差不多) or between a repeated character
   (好不好, 是不是); bu2 before a 4th tone (不是, 不对); bu4 otherwise.
@@ -77,9 +77,16 @@ def yi_bu_sandhi(words: Sequence[Word]) -> None:
         wi, si, _ = flat[i]
         w = words[wi]
         prev_c, next_c = char(i - 1), char(i + 1)
-        if prev_c and prev_c == next_c and prev_c not in NUMERAL_CHARS:
-            tone = 5
-        elif prev_c == "第" or prev_c in NUMERAL_CHARS or prev_c == "点" or prev_c in _YI_NUMBER_AFTER:
+        in_one_x_one_x = (char(i + 2) == "一" and char(i + 3) == next_c) or (char(i - 2) == "一" and prev_c == next_c)
+        if in_one_x_one_x and next_c not in NUMERAL_CHARS and i + 1 < n:
+            nxt_tone = tone_of(syl(i + 1))
+            tone = 2 if nxt_tone in (4, 5) else 4  # 一单一单, 一步一步: each 一 by the tone after it
+        elif prev_c and prev_c == next_c and prev_c not in NUMERAL_CHARS:
+            tone = 5  # 看一看 (not the second 一 of 一件一件)
+        elif (
+            prev_c == "第" or prev_c in NUMERAL_CHARS or prev_c in _YI_NUMBER_AFTER
+            or (prev_c == "点" and char(i - 2) in NUMERAL_CHARS)  # 零点一 (not 清点一下)
+        ):
             tone = 1
         elif (
             si == 0 and wi > 0 and words[wi - 1].text in NUMBER_VERBS and words[wi - 1].end == w.start

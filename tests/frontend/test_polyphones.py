@@ -13,9 +13,10 @@ from models.frontend.polyphones import _parse_domain_words, domain_reading, doma
 
 CASES_TSV = Path(__file__).parent / "polyphone_cases.tsv"
 CASES = load_cases(CASES_TSV)
-#: Floors under the measured accuracy (docs/frontend.md): dev 100 %, held-out 97.0 % when this was written.
+#: Floors under the measured accuracy (docs/frontend.md): dev 100 %, held-out 97.35 %, held-out-2 96.90 %.
 DEV_FLOOR = 0.995
 HELDOUT_FLOOR = 0.965
+HELDOUT2_FLOOR = 0.96
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +35,13 @@ def test_set_is_large_and_covers_the_domains_and_characters() -> None:
     for c in "行长重还得地着了为传调处转发更单降数差空便应少中乐参藏结量种号一不":
         assert chars[c] >= 2, f"{c} is checked only {chars[c]} times"
     splits = Counter(c.split for c in CASES)
-    assert splits["heldout"] >= 150 and splits["dev"] >= 250
+    assert splits["heldout"] >= 150 and splits["heldout2"] >= 150 and splits["dev"] >= 250
     assert sum(1 for c in CASES for ch in c.checks if ch.klass == "sandhi") >= 100
 
 
-@pytest.mark.parametrize(("split", "floor"), [("dev", DEV_FLOOR), ("heldout", HELDOUT_FLOOR)])
+@pytest.mark.parametrize(
+    ("split", "floor"), [("dev", DEV_FLOOR), ("heldout", HELDOUT_FLOOR), ("heldout2", HELDOUT2_FLOOR)]
+)
 def test_accuracy_on_the_set(fe: MandarinFrontend, split: str, floor: float) -> None:
     result = score(fe.explain, [c for c in CASES if c.split == split])
     assert result.n > 250
@@ -93,6 +96,20 @@ def test_malformed_rows_are_refused_with_the_line_number(line: str) -> None:
         ("感谢您对我行的支持。", "行", "hang2"),  # domain word 我行
         ("利率将于下月上调。", "调", "tiao2"),  # domain word 上调 (pypinyin says diao4)
         ("户籍迁移需要调档函。", "调", "diao4"),
+        ("分期手续费得一次性付清。", "得", "dei3"),  # modal after a noun
+        ("这份保单得由投保人本人签字。", "得", "dei3"),
+        ("这个月的流量用得比较多。", "得", "de5"),  # complement after a verb
+        ("请到户籍地的派出所补办。", "地", "di4"),  # place noun before 的
+        ("开户地不同，手续费也不同。", "地", "di4"),  # domain word
+        ("快递员会一件一件地派送。", "地", "de5"),  # adverbial after 一X一X
+        ("请您当面数一数钞票。", "数", "shu3"),  # the verb
+        ("柜员会把现金数两遍。", "数", "shu3"),
+        ("请输入您的交易次数。", "数", "shu4"),
+        ("请把转账限额调到两万元。", "调", "tiao2"),  # adjusted to an amount
+        ("您的档案调得比较慢。", "调", "diao4"),  # a fetched thing before 调
+        ("请把手机音量调大一些。", "调", "tiao2"),
+        ("存期越长，利率越高。", "长", "chang2"),
+        ("请确认转入行的名称。", "行", "hang2"),
     ],
 )
 def test_context_readings(fe: MandarinFrontend, text: str, char: str, expected: str) -> None:

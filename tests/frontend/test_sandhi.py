@@ -61,6 +61,10 @@ CASES = [
     ("看一看", "kan4 yi5 kan4"),  # between a repeated verb
     ("试一试", "shi4 yi5 shi4"),
     ("一不小心", "yi2 bu4 xiao3 xin1"),  # 一 before the underlying 4th tone of 不
+    ("一件一件", "yi2 jian4 yi2 jian4"),  # 一X一X: each 一 by the tone after it, never neutral
+    ("一笔一笔", "yi4 bi3 yi4 bi3"),
+    ("一单一单", "yi4 dan1 yi4 dan1"),  # even where jieba cuts 单一 as a word
+    ("清点一下", "qing1 dian3 yi2 xia4"),  # 点 not after a numeral is no decimal point
     # 不
     ("不是", "bu2 shi4"),
     ("不对", "bu2 dui4"),
