@@ -15,6 +15,7 @@ from pipecat.frames.frames import (
     TTSAudioRawFrame,
     TTSStoppedFrame,
 )
+from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TextAggregationMode, TTSService
 
 from clients.client import (
@@ -57,9 +58,14 @@ class VoxpoolTTSService(TTSService):
 
     def __init__(self, *, target: str = "localhost:50051", voice: str = "", client: VoxpoolClient | None = None,
                  sample_rate: int | None = None, pacing: str = "ASAP", lexicon: dict[str, str] | None = None,
-                 text_aggregation_mode: TextAggregationMode = TextAggregationMode.TOKEN, **kwargs):
+                 text_aggregation_mode: TextAggregationMode = TextAggregationMode.TOKEN,
+                 stop_frame_timeout_s: float = 10.0, **kwargs):
+        # voxpool ends every turn with TurnDone (or Cleared / an error), so the base class's "context went quiet"
+        # timeout only guards a stalled server: longer than Pipecat's default so a slow first chunk is not cut off.
         super().__init__(
             text_aggregation_mode=text_aggregation_mode,
+            stop_frame_timeout_s=stop_frame_timeout_s,
+            settings=TTSSettings(model=None, voice=voice or None, language=None),
             push_text_frames=False,
             push_start_frame=True,
             push_stop_frames=False,
@@ -90,8 +96,12 @@ class VoxpoolTTSService(TTSService):
     async def start(self, frame: StartFrame):
         await super().start(frame)
         if self.sample_rate not in SUPPORTED_RATES_HZ:
-            raise ValueError(f"voxpool sends 8000, 16000 or 24000 Hz audio; the pipeline asks for {self.sample_rate} Hz: "
-                             "set audio_out_sample_rate (or the service's sample_rate) to one of those")
+            # misconfiguration: this service cannot do its job (the worker's ProcessorUnusablePolicy decides)
+            await self.push_error(
+                error_msg=f"voxpool sends 8000, 16000 or 24000 Hz audio; the pipeline asks for {self.sample_rate} Hz: "
+                          "set audio_out_sample_rate (or the service's sample_rate) to one of those",
+                force_treat_as_permanent=True)
+            return
         if self._client is None:
             self._client = VoxpoolClient(self._target, service_config="")
         cfg = session_config(self._voice, "L16", self.sample_rate, 20, self._pacing, lexicon=self._lexicon)

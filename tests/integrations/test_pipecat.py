@@ -208,6 +208,7 @@ async def test_unsupported_sample_rate_is_refused_with_a_message(vox_server):
         await h.worker.cancel()
     await asyncio.wait_for(task, WAIT_S)
     assert any("8000, 16000 or 24000" in e.error for e in h.head.errors)
+    assert tts.session is None  # nothing was opened
 
 
 async def _until(predicate, step_s: float = 0.02):
