@@ -267,14 +267,21 @@ class JambonzGateway:
         return web.Response(body=bytes(pcm), headers={"Content-Type": f"audio/l16;rate={rate_hz}"})
 
 
-async def serve(cfg: GatewayConfig, stop: asyncio.Event | None = None) -> None:
-    """Run the gateway until `stop` is set (or forever)."""
+async def start(cfg: GatewayConfig) -> tuple[JambonzGateway, web.AppRunner, int]:
+    """Start the gateway's HTTP server (port 0: any free one); returns it, its runner (cleanup() stops it), the port."""
     gateway = JambonzGateway(cfg)
     runner = web.AppRunner(gateway.app)
     await runner.setup()
     site = web.TCPSite(runner, cfg.host, cfg.port)
     await site.start()
-    log.info("jambonz gateway on %s:%d → voxpool %s", cfg.host, cfg.port, cfg.voxpool_target)
+    port = site._server.sockets[0].getsockname()[1] if site._server is not None else cfg.port
+    log.info("jambonz gateway on %s:%d → voxpool %s", cfg.host, port, cfg.voxpool_target)
+    return gateway, runner, port
+
+
+async def serve(cfg: GatewayConfig, stop: asyncio.Event | None = None) -> None:
+    """Run the gateway until `stop` is set (or forever)."""
+    _gateway, runner, _port = await start(cfg)
     try:
         await (stop.wait() if stop is not None else asyncio.Event().wait())
     finally:

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 SUPPORTED_RATES_HZ = (8000, 16000, 24000)
 MIME_PCM = "audio/pcm"
+FRAME_MS = 20  # LiveKit re-chunks pushed PCM into frames this long (its default, 200 ms, would delay first audio)
 
 
 def api_error(err: VoxpoolError) -> APIError:
@@ -169,7 +170,7 @@ class VoxpoolSynthesizeStream(tts.SynthesizeStream):
         self.turn_id = f"lk-{uuid.uuid4().hex[:12]}"
         session = self._vtts.shared_session()
         output_emitter.initialize(request_id=self.turn_id, sample_rate=self._vtts.sample_rate, num_channels=1,
-                                  mime_type=MIME_PCM, stream=True)
+                                  mime_type=MIME_PCM, frame_size_ms=FRAME_MS, stream=True)
         events = self._vtts.subscribe(self.turn_id)
         sent_text = asyncio.Event()
         input_done = asyncio.Event()

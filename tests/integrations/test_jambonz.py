@@ -14,11 +14,10 @@ require("aiohttp")
 require("websockets")
 
 import aiohttp  # noqa: E402
-from aiohttp import web  # noqa: E402
 from websockets.asyncio.client import connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed, InvalidStatus  # noqa: E402
 
-from clients.integrations.jambonz import GatewayConfig, JambonzGateway  # noqa: E402
+from clients.integrations.jambonz import GatewayConfig, start  # noqa: E402
 
 WAIT_S = 30.0
 QUIET_S = 2.5
@@ -27,13 +26,8 @@ KEY = "s3cret"
 
 @contextlib.asynccontextmanager
 async def gateway(voxpool_target: str, **overrides):
-    cfg = GatewayConfig(voxpool_target=voxpool_target, host="127.0.0.1", port=0, api_key=KEY, **overrides)
-    gw = JambonzGateway(cfg)
-    runner = web.AppRunner(gw.app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
+    gw, runner, port = await start(GatewayConfig(voxpool_target=voxpool_target, host="127.0.0.1", port=0,
+                                                 api_key=KEY, **overrides))
     try:
         yield gw, port
     finally:
