@@ -13,7 +13,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	# CPU build of torch: on the project's machines this pin resolves to a local CPU wheel.
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e ".[dev,pipecat,livekit,gateway]"
+	# pipecat-ai declares protobuf<7, which the gRPC pins rule out; its core runs on protobuf 7 (see pyproject.toml)
+	$(PY) -m pip install --quiet --no-deps pipecat-ai==1.14.0
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -193,7 +193,27 @@ class TurnError:
     received_s: float = 0.0
 
 
-Event = Union[Started, Audio, TurnDone, MarkReached, Cleared, ServerWarning, TurnError]
+@dataclass(frozen=True, slots=True)
+class WordTime:
+    """One word of a turn: its code-point span in the turn's text and its media time (AudioFrame.pts_ms clock)."""
+
+    text: str
+    start_char: int
+    end_char: int
+    start_pts_ms: int
+    end_pts_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Words:
+    """Word timings of a turn (SessionConfig.word_timestamps), sent before the audio they describe."""
+
+    turn_id: str
+    words: tuple[WordTime, ...]
+    received_s: float = 0.0
+
+
+Event = Union[Started, Audio, TurnDone, MarkReached, Cleared, ServerWarning, TurnError, Words]
 
 
 def _voice_info(v: pb.Voice) -> VoiceInfo:
@@ -231,6 +251,10 @@ def event_from_proto(msg: pb.ServerEvent, received_s: float = 0.0) -> Event:
     if kind == "error":
         e = msg.error
         return TurnError(pb.Error.Code.Name(e.code), e.message, e.turn_id, e.retryable, received_s)
+    if kind == "words":
+        w = msg.words
+        return Words(w.turn_id, tuple(WordTime(x.text, x.start_char, x.end_char, x.start_pts_ms, x.end_pts_ms)
+                                      for x in w.words), received_s)
     raise ValueError("ServerEvent carries no event")
 
 

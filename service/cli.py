@@ -112,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_cmd_normalize)
 
     sub.add_parser("bench", help="open-loop load generator and benchmark (`voxpool bench --help`; docs/benchmarks.md)")
+    sub.add_parser("gateway", help="protocol gateways: `voxpool gateway jambonz` (docs/integrations.md)")
     return p
 
 
@@ -123,6 +124,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from clients.bench import bench_main
 
         return int(bench_main(argv[argv.index("bench") + 1:]) or 0)
+    if words and words[0] == "gateway":  # protocol gateways parse their own options
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        from clients.integrations.gateway_cli import main as gateway_main
+
+        return int(gateway_main(argv[argv.index("gateway") + 1:]) or 0)
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

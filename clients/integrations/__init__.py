@@ -1,0 +1,1 @@
+"""Adapters that put voxpool inside voice frameworks and telephony platforms (Pipecat, LiveKit Agents, Jambonz)."""

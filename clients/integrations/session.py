@@ -1,0 +1,297 @@
+"""One reconnecting Converse stream shared by the framework adapters: text in, typed events out, word timings."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Union
+
+import grpc
+
+from clients.client import (
+    Audio,
+    Cleared,
+    Conversation,
+    Event,
+    MarkReached,
+    Started,
+    TurnDone,
+    TurnError,
+    VoxpoolClient,
+    VoxpoolError,
+    Words,
+)
+from protos.voxpool.v1 import tts_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+MARK_PREFIX = "vx-w"
+# Marks spend the call's control budget (Limits.max_control_per_s, exceeding it ends the call), so word marks
+# use at most this share of it and leave the rest to flush and clear.
+MARK_BUDGET_SHARE = 0.5
+# Characters after which a word mark is placed (a chunk of text between two marks is one timed "word").
+BREAK_CHARS = frozenset(" \t\n,.;:!?，。；：！？、…—")
+
+
+@dataclass(frozen=True, slots=True)
+class TimedWord:
+    """A piece of a turn's text and when its audio starts, in seconds from the turn's first audio frame."""
+
+    text: str
+    start_char: int
+    end_char: int
+    start_s: float
+    end_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class TurnWords:
+    """Words of a turn, in text order, ready for a framework (from WordTimestamps events, else from marks)."""
+
+    turn_id: str
+    words: tuple[TimedWord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamBroken:
+    """The Converse stream ended with an error; `turn_ids` were unfinished. The next send opens a new stream."""
+
+    error: VoxpoolError
+    turn_ids: tuple[str, ...]
+
+
+SessionEvent = Union[Event, TurnWords, StreamBroken]
+Handler = Callable[[SessionEvent], Awaitable[None]]
+
+
+@dataclass
+class _Turn:
+    """Per-turn bookkeeping for word timing."""
+
+    text: str = ""
+    marks: dict[str, tuple[int, int]] = field(default_factory=dict)
+    mark_start_char: int = 0
+    origin_pts_ms: int | None = None   # pts of the turn's first audio frame
+    chunk_start_pts_ms: int | None = None
+    held_words: list = field(default_factory=list)  # proto word timings waiting for the first audio frame
+    done: bool = False
+
+
+class _Bucket:
+    """Token bucket for word marks (rate per second, burst = one second's worth)."""
+
+    def __init__(self, rate_per_s: float):
+        self.rate_per_s = max(rate_per_s, 0.0)
+        self.tokens = self.rate_per_s
+        self.last_s = time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.rate_per_s, self.tokens + (now - self.last_s) * self.rate_per_s)
+        self.last_s = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+class VoxpoolSession:
+    """A Converse stream opened on first use and reopened after it breaks (one per conversation).
+
+    `handler` gets every server event (client records), `TurnWords` (word timings: the server's WordTimestamps
+    when it sends them, else derived from marks placed at word breaks as text arrives) and `StreamBroken`.
+    """
+
+    def __init__(self, client: VoxpoolClient, config: pb.SessionConfig, handler: Handler, *,
+                 word_marks: bool = True, open_timeout_s: float = 10.0):
+        self.client = client
+        self.config = pb.SessionConfig()
+        self.config.CopyFrom(config)
+        self.config.word_timestamps = True
+        self.handler = handler
+        self.word_marks = word_marks
+        self.open_timeout_s = open_timeout_s
+        self.started: Started | None = None
+        self._conv: Conversation | None = None
+        self._reader: asyncio.Task | None = None
+        self._turns: dict[str, _Turn] = {}
+        self._server_words = False  # the server sends WordTimestamps: marks are not needed
+        self._bucket: _Bucket | None = None
+        self._lock = asyncio.Lock()
+        self.streams_opened = 0
+
+    @property
+    def is_open(self) -> bool:
+        return self._conv is not None
+
+    async def open(self) -> Started:
+        """Open the stream if it is not open (raises VoxpoolError when the server cannot be reached)."""
+        async with self._lock:
+            if self._conv is not None and self.started is not None:
+                return self.started
+            conv = await asyncio.wait_for(self.client.converse(config=self.config), self.open_timeout_s)
+            self._conv = conv
+            self.started = conv.started
+            self.streams_opened += 1
+            limits = conv.started.raw.limits
+            self._bucket = _Bucket(limits.max_control_per_s * MARK_BUDGET_SHARE) if limits.max_control_per_s else None
+            self._reader = asyncio.create_task(self._read(conv), name="voxpool-session-reader")
+            return conv.started
+
+    async def send_text(self, turn_id: str, text: str) -> None:
+        """Append text to a turn (opening the stream if needed); places a word mark at a word break."""
+        if not text:
+            return
+        await self.open()
+        assert self._conv is not None
+        turn = self._turns.setdefault(turn_id, _Turn())
+        await self._guard(self._conv.send_text(text, turn_id))
+        turn.text += text
+        if self.word_marks and not self._server_words and text[-1] in BREAK_CHARS:
+            await self._mark(turn_id, turn)
+
+    async def flush(self, turn_id: str) -> None:
+        """The turn's text is complete (a final word mark covers its tail)."""
+        if self._conv is None or turn_id not in self._turns:
+            return
+        turn = self._turns[turn_id]
+        if self.word_marks and not self._server_words:
+            await self._mark(turn_id, turn, final=True)
+        await self._guard(self._conv.flush(turn_id))
+
+    async def clear(self, turn_id: str = "") -> None:
+        """Barge-in: stop the turn (empty: every turn); the server answers Cleared with the text heard."""
+        if self._conv is None:
+            return
+        if turn_id and turn_id not in self._turns:
+            return
+        await self._guard(self._conv.clear(turn_id))
+
+    def has_turn(self, turn_id: str) -> bool:
+        return turn_id in self._turns and not self._turns[turn_id].done
+
+    async def close(self) -> None:
+        """End the stream now (cancels it: the server frees the call)."""
+        conv, self._conv = self._conv, None
+        if conv is not None:
+            conv.cancel()
+        if self._reader is not None:
+            self._reader.cancel()
+            try:
+                await self._reader
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._reader = None
+        self._turns.clear()
+
+    # ------------------------------------------------------------------ internals
+
+    async def _guard(self, send: Awaitable[float]) -> None:
+        try:
+            await send
+        except VoxpoolError:
+            await self._drop_stream()
+            raise
+        except Exception as exc:  # ConversationClosed: the stream ended under us
+            await self._drop_stream()
+            raise VoxpoolError(grpc.StatusCode.UNAVAILABLE, f"voxpool stream closed: {exc}") from exc
+
+    async def _drop_stream(self) -> None:
+        conv, self._conv = self._conv, None
+        self.started = None
+        if conv is not None:
+            conv.cancel()
+
+    async def _mark(self, turn_id: str, turn: _Turn, final: bool = False) -> None:
+        assert self._conv is not None
+        end = len(turn.text)
+        if end <= turn.mark_start_char:
+            return
+        if not final and self._bucket is not None and not self._bucket.take():
+            return  # over budget: this text joins the next mark's chunk
+        name = f"{MARK_PREFIX}{end}"
+        turn.marks[name] = (turn.mark_start_char, end)
+        turn.mark_start_char = end
+        await self._guard(self._conv.mark(name, turn_id))
+
+    async def _read(self, conv: Conversation) -> None:
+        try:
+            async for ev in conv:
+                await self._route(ev)
+        except VoxpoolError as err:
+            if self._conv is conv:
+                self._conv = None
+                self.started = None
+            broken = tuple(t for t, st in self._turns.items() if not st.done)
+            self._turns.clear()
+            log.warning("voxpool stream broke (%s); %d turn(s) unfinished", err, len(broken))
+            await self.handler(StreamBroken(err, broken))
+            return
+        except asyncio.CancelledError:
+            raise
+        if self._conv is conv:  # ended with OK (idle timeout or end): reopen on next use
+            self._conv = None
+            self.started = None
+
+    async def _route(self, ev: Event) -> None:
+        if isinstance(ev, Audio):
+            turn = self._turns.get(ev.turn_id)
+            if turn is not None and not ev.silence and turn.origin_pts_ms is None:
+                turn.origin_pts_ms = ev.pts_ms
+                turn.chunk_start_pts_ms = ev.pts_ms
+                if turn.held_words:
+                    held, turn.held_words = turn.held_words, []
+                    await self._emit_server_words(ev.turn_id, turn, held)
+            await self.handler(ev)
+            return
+        if isinstance(ev, Words):
+            self._server_words = True
+            turn = self._turns.setdefault(ev.turn_id, _Turn())
+            if turn.origin_pts_ms is None:
+                turn.held_words.extend(ev.words)
+            else:
+                await self._emit_server_words(ev.turn_id, turn, list(ev.words))
+            return
+        if isinstance(ev, MarkReached) and ev.name.startswith(MARK_PREFIX):
+            await self._on_word_mark(ev)
+            return
+        if isinstance(ev, (TurnDone, Cleared)):
+            turn = self._turns.pop(ev.turn_id, None)
+            if turn is not None:
+                turn.done = True
+        elif isinstance(ev, TurnError):
+            turn = self._turns.get(ev.turn_id)
+            if turn is not None:
+                turn.done = True
+                self._turns.pop(ev.turn_id, None)
+        await self.handler(ev)
+
+    async def _emit_server_words(self, turn_id: str, turn: _Turn, words: list) -> None:
+        origin = turn.origin_pts_ms or 0
+        out = tuple(TimedWord(w.text, w.start_char, w.end_char, max(0, w.start_pts_ms - origin) / 1000.0,
+                              max(0, w.end_pts_ms - origin) / 1000.0) for w in words)
+        if out:
+            await self.handler(TurnWords(turn_id, out))
+
+    async def _on_word_mark(self, ev: MarkReached) -> None:
+        turn = self._turns.get(ev.turn_id)
+        if turn is None or self._server_words:
+            return
+        span = turn.marks.pop(ev.name, None)
+        if span is None:
+            return
+        start, end = span
+        text = turn.text[start:end]
+        if turn.origin_pts_ms is None:  # no audio for this text (whitespace, punctuation only)
+            turn.origin_pts_ms = ev.pts_ms
+            turn.chunk_start_pts_ms = ev.pts_ms
+        chunk_start = turn.chunk_start_pts_ms if turn.chunk_start_pts_ms is not None else ev.pts_ms
+        turn.chunk_start_pts_ms = ev.pts_ms
+        if not text.strip():
+            return
+        word = TimedWord(text, start, end, max(0, chunk_start - turn.origin_pts_ms) / 1000.0,
+                         max(0, ev.pts_ms - turn.origin_pts_ms) / 1000.0)
+        await self.handler(TurnWords(ev.turn_id, (word,)))

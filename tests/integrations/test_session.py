@@ -1,0 +1,110 @@
+"""VoxpoolSession word timing: the server's WordTimestamps win over marks; mark chunks are timed from the turn's audio."""
+
+from __future__ import annotations
+
+import asyncio
+
+from clients.client import Audio, MarkReached, Started, TurnDone, VoiceInfo, WordTime, Words
+from clients.integrations.session import TurnWords, VoxpoolSession
+from protos.voxpool.v1 import tts_pb2 as pb
+
+
+class FakeConversation:
+    """Records what the session sends; yields the events a test feeds it."""
+
+    def __init__(self):
+        raw = pb.SessionStarted(limits=pb.Limits(max_control_per_s=50.0))
+        self.started = Started("s1", "tiny", "L16", 16000, 20, 640, "ASAP", 60, "test",
+                               VoiceInfo("tiny", "cmn", 16000, "", "", True), raw)
+        self.sent: list[tuple] = []
+        self.events: asyncio.Queue = asyncio.Queue()
+
+    async def send_text(self, text, turn_id=""):
+        self.sent.append(("text", turn_id, text))
+
+    async def mark(self, name, turn_id=""):
+        self.sent.append(("mark", turn_id, name))
+
+    async def flush(self, turn_id=""):
+        self.sent.append(("flush", turn_id))
+
+    async def clear(self, turn_id=""):
+        self.sent.append(("clear", turn_id))
+
+    def cancel(self):
+        self.events.put_nowait(None)
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        ev = await self.events.get()
+        if ev is None:
+            raise StopAsyncIteration
+        return ev
+
+
+class FakeClient:
+    def __init__(self):
+        self.conv = FakeConversation()
+
+    async def converse(self, config):
+        assert config.word_timestamps is True  # the session always asks for the server's timings
+        return self.conv
+
+
+async def drain(conv: FakeConversation) -> None:
+    while not conv.events.empty():
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)
+
+
+def audio(turn: str, pts_ms: int) -> Audio:
+    return Audio(b"\0" * 640, pts_ms // 20, pts_ms, 20, turn, False)
+
+
+async def test_marks_time_each_chunk_from_the_turns_first_audio():
+    client, got = FakeClient(), []
+
+    async def handler(ev):
+        got.append(ev)
+
+    session = VoxpoolSession(client, pb.SessionConfig(), handler)
+    await session.send_text("t1", "您好，")
+    await session.send_text("t1", "欢迎")      # no break at the end: no mark
+    await session.send_text("t1", "致电。")
+    await session.flush("t1")                  # nothing after the last mark: no extra mark
+    conv = client.conv
+    marks = [s[2] for s in conv.sent if s[0] == "mark"]
+    assert [s[0] for s in conv.sent] == ["text", "mark", "text", "text", "mark", "flush"]
+    for ev in (audio("t1", 1000), audio("t1", 1020), MarkReached(marks[0], "t1", 1200), audio("t1", 1220),
+               MarkReached(marks[1], "t1", 1600), TurnDone("t1", 50, 600, 0, 0, 3)):
+        conv.events.put_nowait(ev)
+    await drain(conv)
+    words = [w for ev in got if isinstance(ev, TurnWords) for w in ev.words]
+    assert [(w.text, w.start_char, w.end_char) for w in words] == [("您好，", 0, 3), ("欢迎致电。", 3, 8)]
+    assert [(w.start_s, w.end_s) for w in words] == [(0.0, 0.2), (0.2, 0.6)]
+    assert not any(isinstance(ev, MarkReached) for ev in got)  # word marks stay inside the session
+    await session.close()
+
+
+async def test_server_word_timestamps_replace_marks():
+    client, got = FakeClient(), []
+
+    async def handler(ev):
+        got.append(ev)
+
+    session = VoxpoolSession(client, pb.SessionConfig(), handler)
+    await session.send_text("t1", "您好，")
+    conv = client.conv
+    words = Words("t1", (WordTime("您好", 0, 2, 500, 800), WordTime("，", 2, 3, 800, 900)))
+    for ev in (words, audio("t1", 500), MarkReached("vx-w3", "t1", 900)):
+        conv.events.put_nowait(ev)
+    await drain(conv)
+    timed = [w for ev in got if isinstance(ev, TurnWords) for w in ev.words]
+    # held until the first audio frame, then relative to it; the mark adds nothing
+    assert [(w.text, w.start_s, w.end_s) for w in timed] == [("您好", 0.0, 0.3), ("，", 0.3, 0.4)]
+    n_marks = len([s for s in conv.sent if s[0] == "mark"])
+    await session.send_text("t1", "欢迎。")
+    assert len([s for s in conv.sent if s[0] == "mark"]) == n_marks  # no more marks once the server times words
+    await session.close()
