@@ -95,3 +95,23 @@ async def test_clear_reports_spoken_prefix_from_alignment(baker_server):
     # ~2 s of speech at ~4-5 syllables/s: past the greeting, well short of the end
     print(f"spoken {spoken!r} | remaining {rest!r}")
     assert len(spoken) >= 5 and len(rest) >= 15, (spoken, rest)
+
+
+async def test_hit_equals_fresh_synthesis_with_the_real_voice(baker_server):
+    request = pb.SynthesizeRequest(text="您好，欢迎致电客户服务中心。",
+                                   audio=pb.AudioFormat(encoding=pb.AudioFormat.L16, sample_rate_hz=16000))
+
+    async def audio() -> bytes:
+        async with stub_for(baker_server.port) as stub:
+            events = await collect(stub.Synthesize(request))
+        return b"".join(e.audio.payload for e in events if e.HasField("audio"))
+
+    baker_server.cache.admit_after_sightings = 3  # two fresh syntheses first, then stored
+    first, second, third = await audio(), await audio(), await audio()
+    submitted = baker_server.engine.counters().requests_submitted
+    hit = await audio()
+    assert baker_server.engine.counters().requests_submitted == submitted  # served without the engine
+    stats = baker_server.cache.stats()
+    assert stats.hits >= 1 and stats.entries >= 1
+    assert len(first) > 16000 * 2  # more than half a second of 16-bit audio
+    assert first == second == third == hit
