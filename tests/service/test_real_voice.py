@@ -114,4 +114,9 @@ async def test_hit_equals_fresh_synthesis_with_the_real_voice(baker_server):
     stats = baker_server.cache.stats()
     assert stats.hits >= 1 and stats.entries >= 1
     assert len(first) > 16000 * 2  # more than half a second of 16-bit audio
-    assert first == second == third == hit
+    assert hit == third  # byte for byte the synthesis that filled the entry
+    # fresh syntheses agree up to float rounding (chunk boundaries, hence vocoder window shapes, vary with
+    # load; docs/engine.md): same length, within a few 16-bit steps
+    for fresh in (first, second):
+        a, b = np.frombuffer(fresh, "<i2").astype(int), np.frombuffer(hit, "<i2").astype(int)
+        assert len(a) == len(b) and np.abs(a - b).max() <= 4
