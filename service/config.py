@@ -126,7 +126,7 @@ class SecurityConfig:
 class CacheConfig:
     """The per-pod cache of synthesized segment audio (engine/audio_cache.py, docs/deploy.md "Prompt cache")."""
 
-    enabled: bool = True  # off: every segment is synthesized
+    enabled: bool = False  # off: every segment is synthesized (deploy/config/voxpool.yaml turns it on)
     max_mib: int = 256  # bound on the accounted cache size; float32 at 24 kHz is ~11 s of audio per MiB (256 MiB ~ 46 min)
     admit_after_sightings: int = 2  # a segment is stored from its Nth identical request on (1 = store every segment)
     doorkeeper_entries: int = 16_384  # keys whose sightings are remembered (a bounded set of 16-byte digests)

@@ -20,6 +20,8 @@ from tests.service.conftest import (
 )
 from tests.service.telemetry_support import free_port
 
+ON = {"enabled": True}
+
 TEXT = "您好，欢迎致电。"
 
 
@@ -44,7 +46,7 @@ def audio_of(events) -> bytes:
 
 
 async def test_a_hit_is_byte_identical_to_a_fresh_synthesis_and_skips_the_engine() -> None:
-    async with running_server() as server:
+    async with running_server(cache=ON) as server:
         fresh = await synthesize(server)
         n = submitted(server)
         assert n >= 1
@@ -87,7 +89,7 @@ async def test_marks_and_barge_in_text_on_a_hit_match_fresh_synthesis() -> None:
                 out.append(("done", e.turn_done.audio_ms, e.turn_done.chunks))
         return out
 
-    async with running_server(cache={"admit_after_sightings": 1}) as server:
+    async with running_server(cache={**ON, "admit_after_sightings": 1}) as server:
         fresh = await converse(server)
         n = submitted(server)
         hit = await converse(server)
@@ -97,7 +99,7 @@ async def test_marks_and_barge_in_text_on_a_hit_match_fresh_synthesis() -> None:
 
 
 async def test_seed_lexicon_reading_option_or_voice_never_hit() -> None:
-    async with running_server(cache={"admit_after_sightings": 1}) as server:
+    async with running_server(cache={**ON, "admit_after_sightings": 1}) as server:
         text = "朝阳号码110"
         base = await synthesize(server, text)
         n = submitted(server)
@@ -122,7 +124,7 @@ async def test_seed_lexicon_reading_option_or_voice_never_hit() -> None:
 async def test_an_option_that_does_not_change_the_ids_shares_the_entry() -> None:
     # the key holds the ids the lexicon and reading options produced: audio is a function of them, so a
     # session whose options leave this text's ids unchanged gets byte-identical audio from the cache
-    async with running_server(cache={"admit_after_sightings": 1}) as server:
+    async with running_server(cache={**ON, "admit_after_sightings": 1}) as server:
         text = "朝阳路1号"  # 1 in an address is read yi1 whatever one_as_yao says
         base = await synthesize(server, text)
         n = submitted(server)
@@ -133,7 +135,7 @@ async def test_an_option_that_does_not_change_the_ids_shares_the_entry() -> None
 
 
 async def test_a_lexicon_that_changes_the_reading_never_gets_the_default_entry() -> None:
-    async with running_server(cache={"admit_after_sightings": 1}) as server:
+    async with running_server(cache={**ON, "admit_after_sightings": 1}) as server:
         text = "请到朝阳门办理。"
         await synthesize(server, text)  # tenant A: default readings, now cached
         tenant_b = await synthesize(server, text, lexicon={"朝阳": "chao2 yang2"})
@@ -165,7 +167,7 @@ async def test_warm_up_at_start_reports_bad_lines_and_serves_hits(tmp_path) -> N
         "{not json",
     ]), encoding="utf-8")
     admin = free_port()
-    async with running_server(cache={"warm_file": str(prompts)}, server={"admin_port": admin}) as server:
+    async with running_server(cache={**ON, "warm_file": str(prompts)}, server={"admin_port": admin}) as server:
         stats = server.cache.stats()
         assert stats.entries >= 2 and stats.rejected_first_sighting == 0
         n = submitted(server)
@@ -191,7 +193,7 @@ async def test_warm_up_at_start_reports_bad_lines_and_serves_hits(tmp_path) -> N
 async def test_warm_up_is_time_bounded(tmp_path) -> None:
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("\n".join(f"第{i}句提示音，请稍候。" for i in range(40)), encoding="utf-8")
-    async with running_server(cache={"warm_file": str(prompts), "warm_timeout_s": 0.3, "warm_concurrency": 1},
+    async with running_server(cache={**ON, "warm_file": str(prompts), "warm_timeout_s": 0.3, "warm_concurrency": 1},
                               decoder_steps=200) as server:
         outcomes = [r.outcome for r in server.warm_results]
         assert len(outcomes) == 40 and "timed_out" in outcomes  # readiness did not wait for all 40 lines
@@ -218,7 +220,7 @@ async def test_cli_warm_and_stats(tmp_path, capsys) -> None:
     prompts = tmp_path / "prompts.txt"
     prompts.write_text(TEXT + "\n" + '{"text": 5}\n' + "长" * 3000 + "\n", encoding="utf-8")
     admin = free_port()
-    async with running_server(server={"admin_port": admin}) as server:
+    async with running_server(cache=ON, server={"admin_port": admin}) as server:
         loop = asyncio.get_running_loop()
         address = f"127.0.0.1:{admin}"
         rc = await loop.run_in_executor(None, cache_cli.main, ["warm", str(prompts), "--admin", address])
@@ -237,7 +239,7 @@ async def test_cli_warm_and_stats(tmp_path, capsys) -> None:
 async def test_cache_metrics_on_the_prometheus_endpoint() -> None:
     from tests.service.telemetry_support import sample, scrape, telemetry_server
 
-    async with telemetry_server(None, metrics=True) as server:
+    async with telemetry_server(None, metrics=True, cache=ON) as server:
         await synthesize(server)
         await synthesize(server)
         await synthesize(server)

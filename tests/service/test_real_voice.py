@@ -34,6 +34,7 @@ async def baker_server(baker_folder):
     voices = {voice.name: voice}
     cfg.voice.default = voice.name
     cfg.engine = {"max_slots": 4}
+    cfg.cache.enabled = True  # for the cache test; the other tests speak texts of their own
     server = VoxpoolServer(cfg, AsyncEngine.from_config(engine_config(cfg, tuple(voices)), voices=voices), voices)
     await server.start()
     try:
