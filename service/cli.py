@@ -1,4 +1,4 @@
-"""The `voxpool` command: serve, say, voices, normalize, bench."""
+"""The `voxpool` command: serve, say, voices, normalize, cache, bench."""
 
 from __future__ import annotations
 
@@ -111,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--lexicon", default=None, help="pronunciation lexicon file (grapheme<TAB>pinyin per line)")
     s.set_defaults(func=_cmd_normalize)
 
+    sub.add_parser("cache", help="warm the audio cache from a prompt file, or show its stats (`voxpool cache --help`)")
     sub.add_parser("bench", help="open-loop load generator and benchmark (`voxpool bench --help`; docs/benchmarks.md)")
     sub.add_parser("gateway", help="protocol gateways: `voxpool gateway jambonz` (docs/integrations.md)")
     return p
@@ -129,6 +130,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from clients.integrations.gateway_cli import main as gateway_main
 
         return int(gateway_main(argv[argv.index("gateway") + 1:]) or 0)
+    if words and words[0] == "cache":  # warm / stats against a running server's admin port
+        from clients.cache_cli import main as cache_main
+
+        return cache_main(argv[argv.index("cache") + 1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

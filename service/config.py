@@ -124,6 +124,19 @@ class SecurityConfig:
 
 
 @dataclass
+class CacheConfig:
+    """The per-pod cache of synthesized segment audio (engine/audio_cache.py, docs/deploy.md "Prompt cache")."""
+
+    enabled: bool = False  # off: every segment is synthesized (deploy/config/voxpool.yaml turns it on)
+    max_mib: int = 256  # bound on the accounted cache size; float32 at 24 kHz is ~11 s of audio per MiB (256 MiB ~ 46 min)
+    admit_after_sightings: int = 2  # a segment is stored from its Nth identical request on (1 = store every segment)
+    doorkeeper_entries: int = 16_384  # keys whose sightings are remembered (a bounded set of 16-byte digests)
+    warm_file: str = ""  # prompt file synthesized into the cache at start, before readiness ("" = none)
+    warm_timeout_s: float = 120.0  # readiness never waits longer than this for the warm-up
+    warm_concurrency: int = 4  # prompts synthesized at once while warming
+
+
+@dataclass
 class ServiceConfig:
     """The whole tree; each component reads its own part."""
 
@@ -134,6 +147,7 @@ class ServiceConfig:
     frontend: FrontendConfig = field(default_factory=FrontendConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
     engine: dict[str, Any] = field(default_factory=dict)  # engine.EngineConfig fields (device, weights, max_slots, ...)
 
 
@@ -274,6 +288,7 @@ def validate(cfg: ServiceConfig) -> None:
         raise ConfigError("telemetry.metrics_port must differ from server.port")
     _validate_security(cfg)
     _validate_lexicon_file(cfg)
+    _validate_cache(cfg.cache)
 
 
 def _validate_lexicon_file(cfg: ServiceConfig) -> None:
@@ -286,6 +301,19 @@ def _validate_lexicon_file(cfg: ServiceConfig) -> None:
         load_lexicon_file(cfg.frontend.lexicon_file)
     except LexiconFileError as exc:
         raise ConfigError(f"frontend.lexicon_file: {exc}") from None
+
+
+def _validate_cache(c: CacheConfig) -> None:
+    if c.max_mib < 1:
+        raise ConfigError(f"cache.max_mib: {c.max_mib} must be >= 1 (set cache.enabled: false to turn the cache off)")
+    if c.admit_after_sightings < 1:
+        raise ConfigError(f"cache.admit_after_sightings: {c.admit_after_sightings} must be >= 1 (1 = store every segment)")
+    if c.doorkeeper_entries < 0:
+        raise ConfigError(f"cache.doorkeeper_entries: {c.doorkeeper_entries} must be >= 0")
+    if c.warm_timeout_s <= 0:
+        raise ConfigError(f"cache.warm_timeout_s: {c.warm_timeout_s} must be > 0")
+    if c.warm_concurrency < 1:
+        raise ConfigError(f"cache.warm_concurrency: {c.warm_concurrency} must be >= 1")
 
 
 def _validate_security(cfg: ServiceConfig) -> None:

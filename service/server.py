@@ -19,6 +19,8 @@ from models.frontend.normalize import NormalizeOptions
 from models.frontend.pipeline import FrontendLexiconError, FrontendOptions, MandarinFrontend
 from protos.voxpool.v1 import tts_pb2, tts_pb2_grpc
 from service.admission import Admission
+from service.cache_admin import CacheAdminServicer, with_audio_cache
+from service.cache_warm import CacheWarmer
 from service.call import CallDeps
 from service.config import ServiceConfig
 from service.errors import Unavailable
@@ -55,7 +57,7 @@ class VoxpoolServer:
     def __init__(self, cfg: ServiceConfig, engine: AsyncEngine, voices: dict[str, Any],
                  telemetry: Telemetry | None = None):
         self.cfg = cfg
-        self.engine = engine
+        self.engine = engine = with_audio_cache(engine, cfg.cache, voices, cfg.voice.default)  # cache: per-pod audio
         self.health = Health()
         self.admission = Admission(cfg.server.max_calls, cfg.server.retry_after_ms,
                                    tenant_max_calls=tenant_call_limit(cfg.security))
@@ -71,6 +73,11 @@ class VoxpoolServer:
             voices=voice_entries(voices, cfg.voice.default), cfg=cfg, telemetry=self.telemetry,
         )
         self.servicer = TtsServicer(self.deps, self.admission)
+        self.cache = getattr(engine, "cache", None)  # cache: engine.audio_cache.AudioCache, None when disabled
+        if self.cache is not None:
+            self.telemetry.metrics.bind_audio_cache(self.cache.stats)
+        self.warmer = CacheWarmer(self.deps, cfg.cache.warm_concurrency)
+        self.warm_results: list = []  # cache: one service.cache_warm.LineResult per line of cache.warm_file
         # security: bearer tokens, tenant limits and malformed-request answers (service/security.py)
         self.server = grpc.aio.server(options=server_options(cfg), interceptors=build_interceptors(cfg))
         tts_pb2_grpc.add_TtsServicer_to_server(self.servicer, self.server)
@@ -82,7 +89,11 @@ class VoxpoolServer:
         )
         if cfg.server.reflection:
             reflection.enable_server_reflection(names, self.server)
-        self.admin = admin_server(cfg, self.health.servicer, names)  # health + reflection, plaintext; or None
+        admin_names = (*names, tts_pb2.DESCRIPTOR.services_by_name["CacheAdmin"].full_name)
+        self.admin = admin_server(cfg, self.health.servicer, admin_names)  # health + reflection, plaintext; or None
+        if self.admin is not None:  # cache: warm and stats RPCs, on the admin port only
+            tts_pb2_grpc.add_CacheAdminServicer_to_server(
+                CacheAdminServicer(self.warmer, self.cache, cfg.cache), self.admin)
         self.admin_port = 0
         self.port = 0
         self._monitor: asyncio.Task | None = None
@@ -106,6 +117,8 @@ class VoxpoolServer:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self.executor, self.frontend.warm_up)
         await self.engine.start()
+        if self.cache is not None and self.cfg.cache.warm_file:  # cache: warm before readiness, time-bounded
+            self.warm_results = await self.warmer.warm_file(self.cfg.cache.warm_file, self.cfg.cache.warm_timeout_s)
         self.admission.open()
         await self.health.started()
         self._monitor = loop.create_task(self._watch_engine())

@@ -111,18 +111,7 @@ class TtsServicer(tts_pb2_grpc.TtsServicer):
             except InvalidArgument as exc:
                 await _abort(context, exc)
                 return
-            config = pb.SessionConfig(voice=request.voice, audio=request.audio, pacing=request.pacing,
-                                      preroll_ms=request.preroll_ms, language=request.language,
-                                      normalization=request.normalization)
-            config.lexicon.update(dict(request.lexicon))
-            if request.HasField("seed"):
-                config.seed = request.seed
-            events = [
-                pb.ClientEvent(config=config),
-                pb.ClientEvent(text=pb.TextDelta(text=request.text, turn_id="synthesize", spans=request.spans)),
-                pb.ClientEvent(flush=pb.Flush(turn_id="synthesize")),
-                pb.ClientEvent(end=pb.End()),
-            ]
+            events = synthesize_events(request)
 
             async def feed() -> AsyncIterator[pb.ClientEvent]:
                 for e in events:
@@ -168,6 +157,22 @@ class TtsServicer(tts_pb2_grpc.TtsServicer):
             raise
         return pb.NormalizeResponse(normalized_text=result.normalized.text, pinyin=list(result.pinyin),
                                     ids=list(result.ids), voice=voice)
+
+
+def synthesize_events(request: pb.SynthesizeRequest) -> list[pb.ClientEvent]:
+    """The Converse events a Synthesize request stands for: config, the text as one turn, flush, end."""
+    config = pb.SessionConfig(voice=request.voice, audio=request.audio, pacing=request.pacing,
+                              preroll_ms=request.preroll_ms, language=request.language,
+                              normalization=request.normalization)
+    config.lexicon.update(dict(request.lexicon))
+    if request.HasField("seed"):
+        config.seed = request.seed
+    return [
+        pb.ClientEvent(config=config),
+        pb.ClientEvent(text=pb.TextDelta(text=request.text, turn_id="synthesize", spans=request.spans)),
+        pb.ClientEvent(flush=pb.Flush(turn_id="synthesize")),
+        pb.ClientEvent(end=pb.End()),
+    ]
 
 
 def voice_entries(engine_voices: dict[str, Any], default: str) -> dict:

@@ -66,6 +66,9 @@ class NullMetrics:
     def bind_engine(self, counters: Callable[[], Any], max_slots: int | None) -> None:
         """No-op."""
 
+    def bind_audio_cache(self, stats: Callable[[], Any]) -> None:
+        """No-op."""
+
 
 class EngineMetrics:
     """EngineObserver feeding the iteration histograms; runs on the engine thread (a few observe() calls)."""
@@ -152,6 +155,37 @@ class _EngineCounters(Collector):
             yield GaugeMetricFamily("voxpool_engine_pool_slots", "Pool slots (engine.max_slots)", value=self.max_slots)
 
 
+class _AudioCacheCollector(Collector):
+    """Reads the segment audio cache's stats (engine.audio_cache.CacheStats) at scrape time."""
+
+    def __init__(self, stats: Callable[[], Any]):
+        self.stats = stats
+
+    def collect(self) -> Iterable[Any]:
+        s = self.stats()
+        yield CounterMetricFamily("voxpool_audio_cache_hits", "Segments served from the audio cache", value=s.hits)
+        yield CounterMetricFamily("voxpool_audio_cache_misses", "Segment lookups that missed the audio cache",
+                                  value=s.misses)
+        yield CounterMetricFamily("voxpool_audio_cache_coalesced",
+                                  "Misses served by an identical synthesis already in flight", value=s.coalesced)
+        yield CounterMetricFamily("voxpool_audio_cache_admitted", "Segments stored in the audio cache",
+                                  value=s.admitted)
+        rejected = CounterMetricFamily("voxpool_audio_cache_rejected", "Completed syntheses not stored, by reason",
+                                       labels=["reason"])
+        rejected.add_metric(["first_sighting"], s.rejected_first_sighting)
+        rejected.add_metric(["too_large"], s.rejected_too_large)
+        yield rejected
+        yield CounterMetricFamily("voxpool_audio_cache_evictions", "Entries evicted to stay within the bound",
+                                  value=s.evictions)
+        yield CounterMetricFamily("voxpool_audio_cache_evicted_bytes", "Bytes evicted", value=s.evicted_bytes)
+        yield GaugeMetricFamily("voxpool_audio_cache_bytes", "Accounted bytes held by the audio cache", value=s.bytes)
+        yield GaugeMetricFamily("voxpool_audio_cache_max_bytes", "The audio cache's bound (cache.max_mib)",
+                                value=s.max_bytes)
+        yield GaugeMetricFamily("voxpool_audio_cache_entries", "Segments held by the audio cache", value=s.entries)
+        yield GaugeMetricFamily("voxpool_audio_cache_hit_ratio", "hits / (hits + misses) since start",
+                                value=s.hit_ratio)
+
+
 class Metrics:
     """The process's metrics in their own registry (several servers may live in one test process)."""
 
@@ -203,6 +237,7 @@ class Metrics:
                                  "Active calls / server.max_calls (the autoscaling signal)", registry=r)
         self.engine_observer = EngineMetrics(r)
         self._engine_collector: _EngineCounters | None = None
+        self._cache_collector: _AudioCacheCollector | None = None
         self._httpd: Any = None
         self._thread: threading.Thread | None = None
         self.port = 0
@@ -257,6 +292,13 @@ class Metrics:
             self.registry.unregister(self._engine_collector)
         self._engine_collector = _EngineCounters(counters, self.engine_observer, max_slots)
         self.registry.register(self._engine_collector)
+
+    def bind_audio_cache(self, stats: Callable[[], Any]) -> None:
+        """The segment audio cache's counters (engine.audio_cache.AudioCache.stats), collected at scrape time."""
+        if self._cache_collector is not None:
+            self.registry.unregister(self._cache_collector)
+        self._cache_collector = _AudioCacheCollector(stats)
+        self.registry.register(self._cache_collector)
 
     # ------------------------------------------------------------------ exposition
 

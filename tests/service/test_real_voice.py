@@ -34,6 +34,7 @@ async def baker_server(baker_folder):
     voices = {voice.name: voice}
     cfg.voice.default = voice.name
     cfg.engine = {"max_slots": 4}
+    cfg.cache.enabled = True  # for the cache test; the other tests speak texts of their own
     server = VoxpoolServer(cfg, AsyncEngine.from_config(engine_config(cfg, tuple(voices)), voices=voices), voices)
     await server.start()
     try:
@@ -95,3 +96,28 @@ async def test_clear_reports_spoken_prefix_from_alignment(baker_server):
     # ~2 s of speech at ~4-5 syllables/s: past the greeting, well short of the end
     print(f"spoken {spoken!r} | remaining {rest!r}")
     assert len(spoken) >= 5 and len(rest) >= 15, (spoken, rest)
+
+
+async def test_hit_equals_fresh_synthesis_with_the_real_voice(baker_server):
+    request = pb.SynthesizeRequest(text="您好，欢迎致电客户服务中心。",
+                                   audio=pb.AudioFormat(encoding=pb.AudioFormat.L16, sample_rate_hz=16000))
+
+    async def audio() -> bytes:
+        async with stub_for(baker_server.port) as stub:
+            events = await collect(stub.Synthesize(request))
+        return b"".join(e.audio.payload for e in events if e.HasField("audio"))
+
+    baker_server.cache.admit_after_sightings = 3  # two fresh syntheses first, then stored
+    first, second, third = await audio(), await audio(), await audio()
+    submitted = baker_server.engine.counters().requests_submitted
+    hit = await audio()
+    assert baker_server.engine.counters().requests_submitted == submitted  # served without the engine
+    stats = baker_server.cache.stats()
+    assert stats.hits >= 1 and stats.entries >= 1
+    assert len(first) > 16000 * 2  # more than half a second of 16-bit audio
+    assert hit == third  # byte for byte the synthesis that filled the entry
+    # fresh syntheses agree up to float rounding (chunk boundaries, hence vocoder window shapes, vary with
+    # load; docs/engine.md): same length, within a few 16-bit steps
+    for fresh in (first, second):
+        a, b = np.frombuffer(fresh, "<i2").astype(int), np.frombuffer(hit, "<i2").astype(int)
+        assert len(a) == len(b) and np.abs(a - b).max() <= 4

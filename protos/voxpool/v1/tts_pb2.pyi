@@ -473,3 +473,83 @@ class NormalizeResponse(_message.Message):
     ids: _containers.RepeatedScalarFieldContainer[int]
     voice: str
     def __init__(self, normalized_text: _Optional[str] = ..., pinyin: _Optional[_Iterable[str]] = ..., ids: _Optional[_Iterable[int]] = ..., voice: _Optional[str] = ...) -> None: ...
+
+class WarmCacheLine(_message.Message):
+    __slots__ = ("line_number", "line")
+    LINE_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    line_number: int
+    line: str
+    def __init__(self, line_number: _Optional[int] = ..., line: _Optional[str] = ...) -> None: ...
+
+class WarmLineResult(_message.Message):
+    __slots__ = ("line_number", "outcome", "message", "audio_ms")
+    class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        OUTCOME_UNSPECIFIED: _ClassVar[WarmLineResult.Outcome]
+        WARMED: _ClassVar[WarmLineResult.Outcome]
+        FAILED: _ClassVar[WarmLineResult.Outcome]
+        TIMED_OUT: _ClassVar[WarmLineResult.Outcome]
+    OUTCOME_UNSPECIFIED: WarmLineResult.Outcome
+    WARMED: WarmLineResult.Outcome
+    FAILED: WarmLineResult.Outcome
+    TIMED_OUT: WarmLineResult.Outcome
+    LINE_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_MS_FIELD_NUMBER: _ClassVar[int]
+    line_number: int
+    outcome: WarmLineResult.Outcome
+    message: str
+    audio_ms: int
+    def __init__(self, line_number: _Optional[int] = ..., outcome: _Optional[_Union[WarmLineResult.Outcome, str]] = ..., message: _Optional[str] = ..., audio_ms: _Optional[int] = ...) -> None: ...
+
+class WarmCacheReport(_message.Message):
+    __slots__ = ("warmed", "failed", "timed_out", "lines", "elapsed_ms", "stats")
+    WARMED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    TIMED_OUT_FIELD_NUMBER: _ClassVar[int]
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_MS_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    warmed: int
+    failed: int
+    timed_out: int
+    lines: _containers.RepeatedCompositeFieldContainer[WarmLineResult]
+    elapsed_ms: int
+    stats: CacheStats
+    def __init__(self, warmed: _Optional[int] = ..., failed: _Optional[int] = ..., timed_out: _Optional[int] = ..., lines: _Optional[_Iterable[_Union[WarmLineResult, _Mapping]]] = ..., elapsed_ms: _Optional[int] = ..., stats: _Optional[_Union[CacheStats, _Mapping]] = ...) -> None: ...
+
+class CacheStatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CacheStats(_message.Message):
+    __slots__ = ("enabled", "max_bytes", "bytes", "entries", "hits", "misses", "coalesced", "admitted", "rejected_first_sighting", "rejected_too_large", "evictions", "evicted_bytes", "hit_ratio")
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    MISSES_FIELD_NUMBER: _ClassVar[int]
+    COALESCED_FIELD_NUMBER: _ClassVar[int]
+    ADMITTED_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIRST_SIGHTING_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_TOO_LARGE_FIELD_NUMBER: _ClassVar[int]
+    EVICTIONS_FIELD_NUMBER: _ClassVar[int]
+    EVICTED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HIT_RATIO_FIELD_NUMBER: _ClassVar[int]
+    enabled: bool
+    max_bytes: int
+    bytes: int
+    entries: int
+    hits: int
+    misses: int
+    coalesced: int
+    admitted: int
+    rejected_first_sighting: int
+    rejected_too_large: int
+    evictions: int
+    evicted_bytes: int
+    hit_ratio: float
+    def __init__(self, enabled: _Optional[bool] = ..., max_bytes: _Optional[int] = ..., bytes: _Optional[int] = ..., entries: _Optional[int] = ..., hits: _Optional[int] = ..., misses: _Optional[int] = ..., coalesced: _Optional[int] = ..., admitted: _Optional[int] = ..., rejected_first_sighting: _Optional[int] = ..., rejected_too_large: _Optional[int] = ..., evictions: _Optional[int] = ..., evicted_bytes: _Optional[int] = ..., hit_ratio: _Optional[float] = ...) -> None: ...

@@ -234,3 +234,141 @@ class Tts:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class CacheAdminStub:
+    """---------------------------------------------------------------------------------------------
+    Admin port: the per-pod segment audio cache
+    ---------------------------------------------------------------------------------------------
+
+    Served only on the plaintext admin port (server.admin_port), never on the port gateways reach.
+    `voxpool cache warm FILE` and `voxpool cache stats` use it (docs/deploy.md, "Prompt cache").
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.WarmCache = channel.stream_unary(
+                '/voxpool.v1.CacheAdmin/WarmCache',
+                request_serializer=voxpool_dot_v1_dot_tts__pb2.WarmCacheLine.SerializeToString,
+                response_deserializer=voxpool_dot_v1_dot_tts__pb2.WarmCacheReport.FromString,
+                _registered_method=True)
+        self.GetCacheStats = channel.unary_unary(
+                '/voxpool.v1.CacheAdmin/GetCacheStats',
+                request_serializer=voxpool_dot_v1_dot_tts__pb2.CacheStatsRequest.SerializeToString,
+                response_deserializer=voxpool_dot_v1_dot_tts__pb2.CacheStats.FromString,
+                _registered_method=True)
+
+
+class CacheAdminServicer:
+    """---------------------------------------------------------------------------------------------
+    Admin port: the per-pod segment audio cache
+    ---------------------------------------------------------------------------------------------
+
+    Served only on the plaintext admin port (server.admin_port), never on the port gateways reach.
+    `voxpool cache warm FILE` and `voxpool cache stats` use it (docs/deploy.md, "Prompt cache").
+    """
+
+    def WarmCache(self, request_iterator, context):
+        """Synthesize prompt-file lines into the cache, as the warm-up at start does with cache.warm_file.
+        Each line is a JSON SynthesizeRequest ({"text": "...", "lexicon": {...}, "seed": 0}) or plain text;
+        blank lines and lines starting with '#' are skipped. Bad lines are reported one by one and the
+        others are still warmed. FAILED_PRECONDITION when the cache is disabled.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetCacheStats(self, request, context):
+        """The cache's counters and size.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_CacheAdminServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'WarmCache': grpc.stream_unary_rpc_method_handler(
+                    servicer.WarmCache,
+                    request_deserializer=voxpool_dot_v1_dot_tts__pb2.WarmCacheLine.FromString,
+                    response_serializer=voxpool_dot_v1_dot_tts__pb2.WarmCacheReport.SerializeToString,
+            ),
+            'GetCacheStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCacheStats,
+                    request_deserializer=voxpool_dot_v1_dot_tts__pb2.CacheStatsRequest.FromString,
+                    response_serializer=voxpool_dot_v1_dot_tts__pb2.CacheStats.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'voxpool.v1.CacheAdmin', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('voxpool.v1.CacheAdmin', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class CacheAdmin:
+    """---------------------------------------------------------------------------------------------
+    Admin port: the per-pod segment audio cache
+    ---------------------------------------------------------------------------------------------
+
+    Served only on the plaintext admin port (server.admin_port), never on the port gateways reach.
+    `voxpool cache warm FILE` and `voxpool cache stats` use it (docs/deploy.md, "Prompt cache").
+    """
+
+    @staticmethod
+    def WarmCache(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/voxpool.v1.CacheAdmin/WarmCache',
+            voxpool_dot_v1_dot_tts__pb2.WarmCacheLine.SerializeToString,
+            voxpool_dot_v1_dot_tts__pb2.WarmCacheReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCacheStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/voxpool.v1.CacheAdmin/GetCacheStats',
+            voxpool_dot_v1_dot_tts__pb2.CacheStatsRequest.SerializeToString,
+            voxpool_dot_v1_dot_tts__pb2.CacheStats.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
