@@ -444,14 +444,19 @@ class EngineCore:
         self._counters.vocode_calls += 1
         self._counters.vocoded_chunks += len(jobs)
         t = now_s()
-        r_frames = runner.timing.reduction_factor
+        r_frames, hop = runner.timing.reduction_factor, runner.timing.hop_samples
         for job, samples in zip(jobs, audio):
             request = job.request
             samples = np.asarray(samples, dtype=np.float32).reshape(-1)
             if samples.size:
                 first = request.timings.first_audio_s is None
+                # the decoder steps whose audio starts in this chunk (the vocoder returns audio later than the
+                # frames fed, and chunk edges need not fall on frame edges)
+                step_samples = r_frames * hop
                 positions = np.asarray(
-                    request.peaks[job.start_frame // r_frames : -(-job.end_frame // r_frames)], dtype=np.int32
+                    request.peaks[-(-request.samples_emitted // step_samples):
+                                  -(-(request.samples_emitted + samples.size) // step_samples)],
+                    dtype=np.int32,
                 )
                 request.sink.publish_chunk(
                     AudioChunk(

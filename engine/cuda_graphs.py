@@ -1,5 +1,6 @@
-"""CUDA graphs (CUDA only, best effort): the decoder call per power-of-two batch × input-length bucket, and the
-vocoder per window shape, replayed from static buffers. CPU runners never import or touch this module.
+"""CUDA graphs (CUDA only, best effort): the decoder call per power-of-two batch × input-length bucket, replayed
+from static buffers. CPU runners never import or touch this module. The streaming vocoder runs eagerly (its
+per-slot layer context is gathered and scattered per call; not captured yet).
 
 Each decode graph owns a static DecoderState [B_bucket, T_bucket, ...]: the live rows are copied into its prefix,
 padding rows stay `finished` (they produce nothing), the graph replays `decode(state, steps)`, and the changed
@@ -27,7 +28,6 @@ logger = logging.getLogger(__name__)
 _FIELDS = tuple(DecoderState.__dataclass_fields__)
 _MUTABLE = ("last_frame", "context", "attn", "attn_cum", "att_h", "att_c", "dec_h", "dec_c", "peak", "step", "finished")
 _TIME = ("memory", "keys", "attn", "attn_cum")
-MAX_VOCODER_GRAPHS = 64
 
 
 def _warm_stream(fn: Any) -> None:
@@ -80,47 +80,6 @@ class _DecodeGraph:
         )
 
 
-class GraphedVocoder:
-    """Callable like the vocoder (mel [B, W, M] → audio [B, W·hop]); replays a graph per (B bucket, W) shape."""
-
-    def __init__(self, vocoder: torch.nn.Module, max_batch: int, pool: Any) -> None:
-        self.vocoder = vocoder
-        self.max_batch = max_batch
-        self.pool = pool
-        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
-        self._failed: set[tuple[int, int]] = set()
-
-    def capture(self, batch: int, width: int, n_mels: int, dtype: torch.dtype, device: torch.device) -> None:
-        """Capture the vocoder for input [batch, width, n_mels] (no-op when present or known to fail)."""
-        key = (batch, width)
-        if key in self._graphs or key in self._failed or len(self._graphs) >= MAX_VOCODER_GRAPHS:
-            return
-        try:
-            static_in = torch.zeros(batch, width, n_mels, dtype=dtype, device=device)
-            _warm_stream(lambda: self.vocoder(static_in))
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool):
-                static_out = self.vocoder(static_in)
-            self._graphs[key] = (graph, static_in, static_out)
-        except Exception as exc:  # noqa: BLE001 - graphs are an optimisation; eager always works
-            self._failed.add(key)
-            logger.warning("vocoder graph [%d, %d] not captured (%r); running eagerly", batch, width, exc)
-
-    def __call__(self, mel: torch.Tensor) -> torch.Tensor:
-        n, width = mel.shape[0], mel.shape[1]
-        if n > self.max_batch:
-            return self.vocoder(mel)
-        bucket = pow2_bucket(n)
-        self.capture(bucket, width, mel.shape[2], mel.dtype, mel.device)
-        entry = self._graphs.get((bucket, width))
-        if entry is None:
-            return self.vocoder(mel)
-        graph, static_in, static_out = entry
-        static_in[:n].copy_(mel)
-        graph.replay()
-        return static_out[:n].clone()
-
-
 class CudaGraphs:
     """The graphs of one TorchRunner (built only when the runner's device is CUDA and config.cuda_graphs)."""
 
@@ -135,12 +94,11 @@ class CudaGraphs:
         top = runner.max_input_len
         self.length_buckets = sorted({min(top, 1 << i) for i in range(4, top.bit_length() + 1)} | {top})
         self.pool = torch.cuda.graph_pool_handle()
-        self.vocoder = GraphedVocoder(runner.vocoder, self.max_batch, self.pool)
         self._decode: dict[tuple[int, int], _DecodeGraph] = {}
         self._disabled = False
 
     def capture(self) -> None:
-        """Capture every decode bucket (largest first) and the vocoder for the usual chunk window."""
+        """Capture every decode bucket (largest first)."""
         with torch.inference_mode():
             for batch in reversed(self.batch_buckets):
                 for length in reversed(self.length_buckets):
@@ -153,10 +111,6 @@ class CudaGraphs:
                     except Exception as exc:  # noqa: BLE001
                         self._disabled = True
                         logger.warning("decoder CUDA graph capture failed (%r); decoding eagerly", exc)
-            spec, cfg = self.runner.spec, self.runner.config
-            width = spec.window_frames(cfg.chunk_frames + (-cfg.chunk_frames) % cfg.window_bucket_frames)
-            for batch in self.batch_buckets:
-                self.vocoder.capture(batch, width, self.runner.n_mels, self.runner.vocoder_dtype, self.runner.device)
         logger.info("voice %s: %d decoder graphs captured", self.runner.voice, len(self._decode))
 
     def _bucket(self, slots: Sequence[int]) -> tuple[int, int] | None:

