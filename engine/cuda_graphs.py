@@ -12,22 +12,30 @@ that syncs with the host inside `decode`) is logged once and runs eagerly from t
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Protocol, Sequence
 
+import numpy as np
 import torch
 
+from engine import slab
 from engine.batching import pow2_bucket
 from engine.config import EngineConfig
-from models.tacotron2 import DecodeOutput, DecoderState
-
-if TYPE_CHECKING:
-    from engine.runner import TorchRunner
+from models.tacotron2 import DecodeOutput, DecoderState, Tacotron2
 
 logger = logging.getLogger(__name__)
 
-_FIELDS = tuple(DecoderState.__dataclass_fields__)
-_MUTABLE = ("last_frame", "context", "attn", "attn_cum", "att_h", "att_c", "dec_h", "dec_c", "peak", "step", "finished")
-_TIME = ("memory", "keys", "attn", "attn_cum")
+
+class GraphHost(Protocol):
+    """What the graphs read from their runner (engine.runner.TorchRunner), named here so this module does not
+    import the runner (which imports this one)."""
+
+    voice: str
+    acoustic: Tacotron2
+    device: torch.device
+    state_dtype: torch.dtype
+    state: DecoderState
+    lengths: np.ndarray
+    max_input_len: int
 
 
 def _warm_stream(fn: Any) -> None:
@@ -43,12 +51,12 @@ def _warm_stream(fn: Any) -> None:
 class _DecodeGraph:
     """One captured `decode(state, steps)` for a fixed batch bucket B and input-length bucket T."""
 
-    def __init__(self, runner: "TorchRunner", batch: int, length: int, steps: int, dropout: bool, pool: Any) -> None:
+    def __init__(self, runner: GraphHost, batch: int, length: int, steps: int, dropout: bool, pool: Any) -> None:
         acoustic = runner.acoustic
         self.batch, self.length = batch, length
         state = DecoderState.allocate(acoustic.config, batch, length, device=runner.device, dtype=runner.state_dtype)
         state.lengths.fill_(1)
-        self.inputs = {f: getattr(state, f) for f in _FIELDS}
+        self.inputs = {f: getattr(state, f) for f in slab.FIELDS}
 
         def scratch() -> None:
             acoustic.decode(DecoderState(**{f: v.clone() for f, v in self.inputs.items()}), steps, dropout)
@@ -57,22 +65,17 @@ class _DecodeGraph:
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, pool=pool):
             self.out: DecodeOutput = acoustic.decode(state, steps, dropout)
-        self.outputs = {f: getattr(state, f) for f in _MUTABLE}
+        self.outputs = {f: getattr(state, f) for f in slab.MUTABLE}
 
-    def run(self, slab: DecoderState, rows: torch.Tensor) -> DecodeOutput:
+    def run(self, state: DecoderState, rows: torch.Tensor) -> DecodeOutput:
         """Copy the rows in, replay, scatter the changed fields back; outputs for the live rows only."""
         n, t = rows.numel(), self.length
-        for f in _FIELDS:
-            src = getattr(slab, f)
-            self.inputs[f][:n].copy_(src[rows, :t] if f in _TIME else src[rows])
-        self.inputs["finished"][n:].fill_(True)
+        live = slab.gather(state, rows, t)
+        for f in slab.FIELDS:
+            self.inputs[f][:n].copy_(getattr(live, f))
+        self.inputs["finished"][n:].fill_(True)  # padding rows produce nothing
         self.graph.replay()
-        for f in _MUTABLE:
-            dst, val = getattr(slab, f), self.outputs[f][:n]
-            if f in _TIME:
-                dst[:, :t].index_copy_(0, rows, val)
-            else:
-                dst.index_copy_(0, rows, val)
+        slab.scatter(state, rows, {f: v[:n] for f, v in self.outputs.items()}, t)
         o = self.out
         return DecodeOutput(
             frames=o.frames[:n].clone(), stop=o.stop[:n].clone(), peak=o.peak[:n].clone(),
@@ -83,7 +86,7 @@ class _DecodeGraph:
 class CudaGraphs:
     """The graphs of one TorchRunner (built only when the runner's device is CUDA and config.cuda_graphs)."""
 
-    def __init__(self, runner: "TorchRunner", config: EngineConfig) -> None:
+    def __init__(self, runner: GraphHost, config: EngineConfig) -> None:
         if runner.device.type != "cuda":
             raise ValueError("CUDA graphs need a CUDA device")
         self.runner = runner
@@ -133,6 +136,6 @@ class CudaGraphs:
         if graph is None:
             sub = self.runner.state.index_select(rows)
             out = self.runner.acoustic.decode(sub, steps, dropout=self.dropout)
-            self.runner._scatter(rows, sub, sub.max_len)
+            slab.scatter(self.runner.state, rows, sub, sub.max_len)
             return out
         return graph.run(self.runner.state, rows)

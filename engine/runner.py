@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 import numpy as np
 import torch
 
+from engine import slab
 from engine.batching import bucket_up, pad_ids
 from engine.config import EngineConfig
 from engine.errors import InvalidRequest
@@ -24,9 +25,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 _ENCODER_LOCK = threading.Lock()  # uncontended in the pooled engine (one thread); serializes baseline workers
 
-# DecoderState fields decode() changes; memory, keys, lengths and seed are read-only while decoding
-_MUTABLE = ("last_frame", "context", "attn", "attn_cum", "att_h", "att_c", "dec_h", "dec_c", "peak", "step", "finished")
-_TIME = ("memory", "keys", "attn", "attn_cum")  # fields with an input-position axis (dim 1)
 
 
 class TorchRunner:
@@ -137,33 +135,6 @@ class TorchRunner:
             return list(range(lo, hi))
         return list(slots)
 
-    def _gather(self, slots: Sequence[int]) -> tuple[DecoderState, slice | torch.Tensor, int]:
-        """Rows of the slab as a DecoderState cropped to their longest input: views when contiguous."""
-        t = max(1, int(self.lengths[list(slots)].max()))
-        lo = slots[0]
-        if list(slots) == list(range(lo, lo + len(slots))):
-            sl = slice(lo, lo + len(slots))
-            values = {}
-            for name in DecoderState.__dataclass_fields__:
-                src = getattr(self.state, name)
-                values[name] = src[sl, :t] if name in _TIME else src[sl]
-            return DecoderState(**values), sl, t
-        rows = torch.tensor(list(slots), dtype=torch.long, device=self.device)
-        return self.state.index_select(rows), rows, t
-
-    def _scatter(self, where: slice | torch.Tensor, sub: DecoderState, t: int) -> None:
-        """Write the fields decode() changed back into the slab."""
-        for name in _MUTABLE:
-            dst, val = getattr(self.state, name), getattr(sub, name)
-            if isinstance(where, slice):
-                target = dst[where, :t] if name in _TIME else dst[where]
-                if target.data_ptr() != val.data_ptr():
-                    target.copy_(val)
-            elif name in _TIME:
-                dst[:, :t].index_copy_(0, where, val)
-            else:
-                dst.index_copy_(0, where, val)
-
     def decode(self, slots: Sequence[int], steps: int, dropout: bool) -> DecodeRows:
         """One batched decoder call of `steps` steps over these slots; appends their mel frames."""
         with torch.inference_mode():
@@ -171,9 +142,11 @@ class TorchRunner:
                 out = self.graphs.decode(slots, steps)
             else:
                 span = self._span(slots)
-                sub, where, t = self._gather(span)
+                where = slab.rows_of(span, self.device)
+                t = max(1, int(self.lengths[span].max()))
+                sub = slab.gather(self.state, where, t)
                 out = self.acoustic.decode(sub, steps, dropout=dropout)
-                self._scatter(where, sub, t)
+                slab.scatter(self.state, where, sub, t)
                 if len(span) != len(slots):  # keep the requested rows of the span
                     pick = torch.tensor([s - span[0] for s in slots], dtype=torch.long, device=self.device)
                     out = DecodeOutput(*(getattr(out, f).index_select(0, pick) for f in DecodeOutput.__dataclass_fields__))
