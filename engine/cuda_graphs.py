@@ -12,7 +12,7 @@ that syncs with the host inside `decode`) is logged once and runs eagerly from t
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -38,34 +38,78 @@ class GraphHost(Protocol):
     max_input_len: int
 
 
-def _warm_stream(fn: Any) -> None:
-    """Run fn twice on a side stream (cuDNN/cuBLAS autotuning and lazy init happen outside the capture)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
+class CudaCapture:
+    """Real capture: CUDA graphs sharing one memory pool, warmed on a side stream (CUDA only)."""
+
+    def __init__(self) -> None:
+        self.pool = torch.cuda.graph_pool_handle()
+
+    def warm(self, fn: Callable[[], Any]) -> None:
+        """Run fn twice on a side stream (cuDNN/cuBLAS autotuning and lazy init happen outside the capture)."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+
+    def capture(self, fn: "Step") -> tuple[Any, tuple[DecodeOutput, DecoderState]]:
+        """(graph with replay(), fn's outputs as static tensors that each replay rewrites)."""
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            result = fn()
+        return graph, result
+
+
+Step = Callable[[], tuple[DecodeOutput, DecoderState]]  # decode over a state built on the static inputs
+
+
+class _EagerReplay:
+    """replay() runs the step again on the static inputs and writes its outputs (DecodeOutput and the state's
+    changed fields) into the tensors the first run returned: what a graph's replay does to its static outputs."""
+
+    def __init__(self, fn: Step, result: tuple[DecodeOutput, DecoderState]) -> None:
+        self.fn, self.result = fn, result
+
+    def replay(self) -> None:
+        out, state = self.fn()
+        for name in DecodeOutput.__dataclass_fields__:
+            getattr(self.result[0], name).copy_(getattr(out, name))
+        for name in slab.MUTABLE:
+            getattr(self.result[1], name).copy_(getattr(state, name))
+
+
+class EagerCapture:
+    """Stand-in for CudaCapture on any device (the CPU test suite): 'capturing' runs the step once and a replay
+    re-runs it on the same static buffers, so the bookkeeping around the graphs (bucket choice, static buffers,
+    padding rows, scatter of the live prefix) runs exactly as on a GPU; only the real capture is GPU-only."""
+
+    def warm(self, fn: Callable[[], Any]) -> None:
+        fn()
+
+    def capture(self, fn: Step) -> tuple[Any, tuple[DecodeOutput, DecoderState]]:
+        result = fn()
+        return _EagerReplay(fn, result), result
 
 
 class _DecodeGraph:
     """One captured `decode(state, steps)` for a fixed batch bucket B and input-length bucket T."""
 
-    def __init__(self, runner: GraphHost, batch: int, length: int, steps: int, dropout: bool, pool: Any) -> None:
+    def __init__(self, runner: GraphHost, batch: int, length: int, steps: int, dropout: bool,
+                 capture: CudaCapture | EagerCapture) -> None:
         acoustic = runner.acoustic
         self.batch, self.length = batch, length
         state = DecoderState.allocate(acoustic.config, batch, length, device=runner.device, dtype=runner.state_dtype)
         state.lengths.fill_(1)
         self.inputs = {f: getattr(state, f) for f in slab.FIELDS}
+        capture.warm(lambda: acoustic.decode(DecoderState(**{f: v.clone() for f, v in self.inputs.items()}),
+                                             steps, dropout))
+        def step() -> tuple[DecodeOutput, DecoderState]:
+            live = DecoderState(**self.inputs)  # the static inputs (decode may rebind fields to new outputs)
+            return acoustic.decode(live, steps, dropout), live
 
-        def scratch() -> None:
-            acoustic.decode(DecoderState(**{f: v.clone() for f, v in self.inputs.items()}), steps, dropout)
-
-        _warm_stream(scratch)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=pool):
-            self.out: DecodeOutput = acoustic.decode(state, steps, dropout)
-        self.outputs = {f: getattr(state, f) for f in slab.MUTABLE}
+        self.graph, (self.out, after) = capture.capture(step)
+        self.outputs = {f: getattr(after, f) for f in slab.MUTABLE}
 
     def run(self, state: DecoderState, rows: torch.Tensor) -> DecodeOutput:
         """Copy the rows in, replay, scatter the changed fields back; outputs for the live rows only."""
@@ -86,8 +130,9 @@ class _DecodeGraph:
 class CudaGraphs:
     """The graphs of one TorchRunner (built only when the runner's device is CUDA and config.cuda_graphs)."""
 
-    def __init__(self, runner: GraphHost, config: EngineConfig) -> None:
-        if runner.device.type != "cuda":
+    def __init__(self, runner: GraphHost, config: EngineConfig, capture: EagerCapture | None = None) -> None:
+        """`capture`: EagerCapture to run the bookkeeping without a GPU (tests); default: real CUDA graphs."""
+        if capture is None and runner.device.type != "cuda":
             raise ValueError("CUDA graphs need a CUDA device")
         self.runner = runner
         self.steps = config.decode_steps_per_iteration
@@ -96,7 +141,7 @@ class CudaGraphs:
         self.batch_buckets = [1 << i for i in range(self.max_batch.bit_length())]
         top = runner.max_input_len
         self.length_buckets = sorted({min(top, 1 << i) for i in range(4, top.bit_length() + 1)} | {top})
-        self.pool = torch.cuda.graph_pool_handle()
+        self.capturer = capture if capture is not None else CudaCapture()
         self._decode: dict[tuple[int, int], _DecodeGraph] = {}
         self._disabled = False
 
@@ -109,7 +154,7 @@ class CudaGraphs:
                         return
                     try:
                         self._decode[(batch, length)] = _DecodeGraph(
-                            self.runner, batch, length, self.steps, self.dropout, self.pool
+                            self.runner, batch, length, self.steps, self.dropout, self.capturer
                         )
                     except Exception as exc:  # noqa: BLE001
                         self._disabled = True
