@@ -119,7 +119,7 @@ class EngineCore:
         self._cond = threading.Condition()
         self._inbox: collections.deque[Request] = collections.deque()
         self._cancels: collections.deque[str] = collections.deque()
-        self._live: dict[str, Request] = {}  # guarded by _cond: submitted and not yet ended
+        self._live: dict[str, Request] = {}  # guarded by _cond: THE registry of live requests (submitted, not ended)
         self._state = _State.NEW
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
@@ -288,15 +288,15 @@ class EngineCore:
                 self._end(request, FinishReason.CANCELLED, None)
             else:
                 self.pool.enqueue(request)
-        while self._cancels:
-            request = self.pool.get(self._cancels.popleft())
+        while self._cancels:  # cancel() marked the request already; the entry only woke the loop
+            request = self._live.get(self._cancels.popleft())
             if request is not None:
                 request.cancelled = True
 
     def _iterate(self) -> tuple[bool, float | None]:
         """One iteration; returns (did any work, when to wake if idle)."""
         started = now_s()
-        for request in list(self.pool):
+        for request in self.pool.requests():
             if request.cancelled:
                 self._end(request, FinishReason.CANCELLED, None)
         self.pool.admit()

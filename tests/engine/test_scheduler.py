@@ -194,8 +194,7 @@ def test_pool_slots_and_waiting_queue() -> None:
     pool.remove(rs[0])
     assert rs[0].status is Status.DONE and pool.num_free == 1
     assert pool.admit() == [rs[2]] and rs[2].slot == 0  # lowest free slot first
-    with pytest.raises(ValueError):
-        pool.enqueue(req("p1"))
+    assert pool.requests() == [rs[2], rs[1]]
 
 
 def test_admission_gate_limits_live_requests() -> None:
