@@ -228,7 +228,8 @@ class TorchRunner:
                 batch = torch.zeros(len(members), width, self.n_mels, device=self.device, dtype=self.vocoder_dtype)
                 for row, i in enumerate(members):
                     job = jobs[i]
-                    batch[row, : job.end_frame - job.start_frame] = self.mel_after[job.slot, job.start_frame: job.end_frame]
+                    frames = self.mel_after[job.slot, job.start_frame: job.end_frame]
+                    batch[row, : frames.shape[0]] = frames
                 step = self.streamer.step(
                     [jobs[i].slot for i in members], batch, [jobs[i].first for i in members],
                     [jobs[i].end_frame - jobs[i].start_frame if jobs[i].last else None for i in members],
@@ -278,18 +279,24 @@ class TorchRunner:
             self.graphs.capture()
 
     def _warm_shapes(self) -> None:
-        """Run the postnet and the streaming vocoder once per call width at batch 1 (first, middle and last calls),
+        """Run the postnet and the streaming vocoder once per call width at batch 1 (first, middle and last calls,
+        and every width a last call of up to max_chunk_frames frames rounds up to),
         so the first call of a width does not pay for building its kernels (measured over gRPC with the window
         path: the first call's TTFA 181 ms without this, 90 ms with it). Larger batches build theirs on first use."""
+        tail = self.streamer.tail_frames
+        last_widths = {self._call_width(VocodeJob(0, 0, n, n, False, True))
+                       for n in range(1, self.config.max_chunk_frames + 1)}
         with torch.inference_mode():
-            for width in self._widths:
+            for width in sorted({*self._widths, *last_widths}):
                 mel = torch.zeros(1, bucket_up(width + 2 * self.ctx, self.config.window_bucket_frames), self.n_mels,
                                   device=self.device, dtype=self.state_dtype)
                 self.acoustic.postnet(mel)
                 frames = torch.zeros(1, width, self.n_mels, device=self.device, dtype=self.vocoder_dtype)
-                calls = [([False], [None]), ([False], [max(0, width - self.streamer.tail_frames)])]
-                if width >= self.streamer.min_first_frames:
-                    calls.insert(0, ([True], [None]))
+                calls = [([False], [max(0, width - tail)])]  # every width a last call may take
+                if width in self._widths:  # widths of running streams' calls
+                    calls.insert(0, ([False], [None]))
+                    if width >= self.streamer.min_first_frames:
+                        calls.insert(0, ([True], [None]))
                 for first, last in calls:  # first, middle, last call of a stream in slot 0
                     self.streamer.step([0], frames, first, last)
             self.streamer.reset([0])

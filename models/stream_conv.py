@@ -88,7 +88,8 @@ class StreamCache:
         for name, layer in net.named_modules():
             if isinstance(layer, StreamLayer):
                 layer.key = name
-                self.slabs[name] = torch.zeros(slots, layer.state_channels, layer.state_width, device=device, dtype=dtype)
+                shape = (slots, layer.state_channels, layer.state_width)
+                self.slabs[name] = torch.zeros(shape, device=device, dtype=dtype)
 
     def rows(self, rows: Sequence[int]) -> RowState:
         """The rows of one call."""

@@ -108,7 +108,8 @@ class _HiFiGANNet(nn.Module):
         c = model.config
         self.pre = StreamConv(model.conv_pre, "zeros")
         self.ups = nn.ModuleList(
-            StreamConvTranspose(up, (k - u) // 2) for up, u, k in zip(model.ups, c.upsample_rates, c.upsample_kernel_sizes)
+            StreamConvTranspose(up, (k - u) // 2)
+            for up, u, k in zip(model.ups, c.upsample_rates, c.upsample_kernel_sizes)
         )
         self.blocks = nn.ModuleList(_HiFiResBlock(b) for b in model.resblocks)
         self.num_kernels = model.num_kernels

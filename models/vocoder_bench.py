@@ -107,7 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         times[name].append(sum(cpu_s(lambda m=m: fn(m))[0] for m in mels))
                 row = {"batch": batch, "chunk_frames": size,
                        **{f"{k}_cpu_s_per_audio_s": statistics.median(v) / (batch * audio_s) for k, v in times.items()}}
-                row["ratio_window_over_streaming"] = row["window_cpu_s_per_audio_s"] / row["streaming_cpu_s_per_audio_s"]
+                row["ratio_window_over_streaming"] = (row["window_cpu_s_per_audio_s"]
+                                                      / row["streaming_cpu_s_per_audio_s"])
                 results.append(row)
                 print(f"B={batch:<2} chunk {size:>3} fr | window {row['window_cpu_s_per_audio_s']:.4f} | streaming "
                       f"{row['streaming_cpu_s_per_audio_s']:.4f} CPU s / audio s | window/streaming "
