@@ -107,6 +107,9 @@ class RequestPool:
         """Every request in the pool: those holding a slot (slot order), then the waiting ones (oldest first)."""
         return self.active() + list(self._waiting)
 
+    def __len__(self) -> int:
+        return self.num_active + len(self._waiting)
+
     @property
     def num_active(self) -> int:
         """Slots in use."""
