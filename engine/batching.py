@@ -1,4 +1,4 @@
-"""Batch helpers for the runner: padded id batches, shape buckets, and window widening by reflection."""
+"""Batch helpers for the runner: padded id batches and shape buckets."""
 
 from __future__ import annotations
 
@@ -28,16 +28,3 @@ def pad_ids(ids: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[torch.Tensor
     for i, row in enumerate(ids):
         out[i, : len(row)] = torch.tensor(list(row), dtype=torch.long)
     return out, torch.tensor(lengths, dtype=torch.long)
-
-
-def reflect_extend(frames: torch.Tensor, extra: int) -> torch.Tensor:
-    """Append `extra` frames to frames [W, M] by reflecting about the last frame (folding back and forth)."""
-    if extra <= 0:
-        return frames
-    width = frames.shape[0]
-    if width == 1:
-        return frames.expand(width + extra, -1).clone()
-    period = 2 * (width - 1)
-    idx = torch.arange(width, width + extra, device=frames.device) % period
-    idx = torch.where(idx >= width, period - idx, idx)
-    return torch.cat([frames, frames.index_select(0, idx)], 0)

@@ -37,10 +37,10 @@ class EngineConfig:
     decode_steps_per_iteration: int = 1  # fewest decoder steps per batched decode call (cancel is noticed between calls)
     max_decode_steps_per_iteration: int = 8  # catch-up: after a long iteration the decoder runs up to this many steps
     decode_pace: float = 2.0  # decoder steps per call keep mel this many times faster than playback (scheduler.py)
-    window_bucket_frames: int = 8  # vocoder windows are right-padded to a multiple of this (fewer shapes)
+    window_bucket_frames: int = 8  # postnet calls (and last vocoder calls past max_chunk_frames) round up to this (fewer shapes)
 
     # --- chunking
-    first_chunk_frames: int = 16  # 200 ms at hop 300 / 24 kHz: short first chunk for a low TTFA
+    first_chunk_frames: int = 16  # audio of the first chunk (200 ms at hop 300 / 24 kHz); the first call feeds + the vocoder delay
     chunk_frames: int = 24  # later chunks (300 ms)
     max_chunk_frames: int = 96  # later chunks grow (chunk_frames·2^k) up to this when the decoder is ahead
 

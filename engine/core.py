@@ -119,7 +119,7 @@ class EngineCore:
         self._cond = threading.Condition()
         self._inbox: collections.deque[Request] = collections.deque()
         self._cancels: collections.deque[str] = collections.deque()
-        self._live: dict[str, Request] = {}  # guarded by _cond: submitted and not yet ended
+        self._live: dict[str, Request] = {}  # guarded by _cond: THE registry of live requests (submitted, not ended)
         self._state = _State.NEW
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
@@ -288,15 +288,15 @@ class EngineCore:
                 self._end(request, FinishReason.CANCELLED, None)
             else:
                 self.pool.enqueue(request)
-        while self._cancels:
-            request = self.pool.get(self._cancels.popleft())
+        while self._cancels:  # cancel() marked the request already; the entry only woke the loop
+            request = self._live.get(self._cancels.popleft())
             if request is not None:
                 request.cancelled = True
 
     def _iterate(self) -> tuple[bool, float | None]:
         """One iteration; returns (did any work, when to wake if idle)."""
         started = now_s()
-        for request in list(self.pool):
+        for request in self.pool.requests():
             if request.cancelled:
                 self._end(request, FinishReason.CANCELLED, None)
         self.pool.admit()
@@ -444,14 +444,19 @@ class EngineCore:
         self._counters.vocode_calls += 1
         self._counters.vocoded_chunks += len(jobs)
         t = now_s()
-        r_frames = runner.timing.reduction_factor
+        r_frames, hop = runner.timing.reduction_factor, runner.timing.hop_samples
         for job, samples in zip(jobs, audio):
             request = job.request
             samples = np.asarray(samples, dtype=np.float32).reshape(-1)
             if samples.size:
                 first = request.timings.first_audio_s is None
+                # the decoder steps whose audio starts in this chunk (the vocoder returns audio later than the
+                # frames fed, and chunk edges need not fall on frame edges)
+                step_samples = r_frames * hop
                 positions = np.asarray(
-                    request.peaks[job.start_frame // r_frames : -(-job.end_frame // r_frames)], dtype=np.int32
+                    request.peaks[-(-request.samples_emitted // step_samples):
+                                  -(-(request.samples_emitted + samples.size) // step_samples)],
+                    dtype=np.int32,
                 )
                 request.sink.publish_chunk(
                     AudioChunk(

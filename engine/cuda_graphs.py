@@ -1,5 +1,6 @@
-"""CUDA graphs (CUDA only, best effort): the decoder call per power-of-two batch × input-length bucket, and the
-vocoder per window shape, replayed from static buffers. CPU runners never import or touch this module.
+"""CUDA graphs (CUDA only, best effort): the decoder call per power-of-two batch × input-length bucket, replayed
+from static buffers. CPU runners never import or touch this module. The streaming vocoder runs eagerly (its
+per-slot layer context is gathered and scattered per call; not captured yet).
 
 Each decode graph owns a static DecoderState [B_bucket, T_bucket, ...]: the live rows are copied into its prefix,
 padding rows stay `finished` (they produce nothing), the graph replays `decode(state, steps)`, and the changed
@@ -11,68 +12,114 @@ that syncs with the host inside `decode`) is logged once and runs eagerly from t
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
+import numpy as np
 import torch
 
+from engine import slab
 from engine.batching import pow2_bucket
 from engine.config import EngineConfig
-from models.tacotron2 import DecodeOutput, DecoderState
-
-if TYPE_CHECKING:
-    from engine.runner import TorchRunner
+from models.tacotron2 import DecodeOutput, DecoderState, Tacotron2
 
 logger = logging.getLogger(__name__)
 
-_FIELDS = tuple(DecoderState.__dataclass_fields__)
-_MUTABLE = ("last_frame", "context", "attn", "attn_cum", "att_h", "att_c", "dec_h", "dec_c", "peak", "step", "finished")
-_TIME = ("memory", "keys", "attn", "attn_cum")
-MAX_VOCODER_GRAPHS = 64
+
+class GraphHost(Protocol):
+    """What the graphs read from their runner (engine.runner.TorchRunner), named here so this module does not
+    import the runner (which imports this one)."""
+
+    voice: str
+    acoustic: Tacotron2
+    device: torch.device
+    state_dtype: torch.dtype
+    state: DecoderState
+    lengths: np.ndarray
+    max_input_len: int
 
 
-def _warm_stream(fn: Any) -> None:
-    """Run fn twice on a side stream (cuDNN/cuBLAS autotuning and lazy init happen outside the capture)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
+class CudaCapture:
+    """Real capture: CUDA graphs sharing one memory pool, warmed on a side stream (CUDA only)."""
+
+    def __init__(self) -> None:
+        self.pool = torch.cuda.graph_pool_handle()
+
+    def warm(self, fn: Callable[[], Any]) -> None:
+        """Run fn twice on a side stream (cuDNN/cuBLAS autotuning and lazy init happen outside the capture)."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+
+    def capture(self, fn: "Step") -> tuple[Any, tuple[DecodeOutput, DecoderState]]:
+        """(graph with replay(), fn's outputs as static tensors that each replay rewrites)."""
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            result = fn()
+        return graph, result
+
+
+Step = Callable[[], tuple[DecodeOutput, DecoderState]]  # decode over a state built on the static inputs
+
+
+class _EagerReplay:
+    """replay() runs the step again on the static inputs and writes its outputs (DecodeOutput and the state's
+    changed fields) into the tensors the first run returned: what a graph's replay does to its static outputs."""
+
+    def __init__(self, fn: Step, result: tuple[DecodeOutput, DecoderState]) -> None:
+        self.fn, self.result = fn, result
+
+    def replay(self) -> None:
+        out, state = self.fn()
+        for name in DecodeOutput.__dataclass_fields__:
+            getattr(self.result[0], name).copy_(getattr(out, name))
+        for name in slab.MUTABLE:
+            getattr(self.result[1], name).copy_(getattr(state, name))
+
+
+class EagerCapture:
+    """Stand-in for CudaCapture on any device (the CPU test suite): 'capturing' runs the step once and a replay
+    re-runs it on the same static buffers, so the bookkeeping around the graphs (bucket choice, static buffers,
+    padding rows, scatter of the live prefix) runs exactly as on a GPU; only the real capture is GPU-only."""
+
+    def warm(self, fn: Callable[[], Any]) -> None:
+        fn()
+
+    def capture(self, fn: Step) -> tuple[Any, tuple[DecodeOutput, DecoderState]]:
+        result = fn()
+        return _EagerReplay(fn, result), result
 
 
 class _DecodeGraph:
     """One captured `decode(state, steps)` for a fixed batch bucket B and input-length bucket T."""
 
-    def __init__(self, runner: "TorchRunner", batch: int, length: int, steps: int, dropout: bool, pool: Any) -> None:
+    def __init__(self, runner: GraphHost, batch: int, length: int, steps: int, dropout: bool,
+                 capture: CudaCapture | EagerCapture) -> None:
         acoustic = runner.acoustic
         self.batch, self.length = batch, length
         state = DecoderState.allocate(acoustic.config, batch, length, device=runner.device, dtype=runner.state_dtype)
         state.lengths.fill_(1)
-        self.inputs = {f: getattr(state, f) for f in _FIELDS}
+        self.inputs = {f: getattr(state, f) for f in slab.FIELDS}
+        capture.warm(lambda: acoustic.decode(DecoderState(**{f: v.clone() for f, v in self.inputs.items()}),
+                                             steps, dropout))
+        def step() -> tuple[DecodeOutput, DecoderState]:
+            live = DecoderState(**self.inputs)  # the static inputs (decode may rebind fields to new outputs)
+            return acoustic.decode(live, steps, dropout), live
 
-        def scratch() -> None:
-            acoustic.decode(DecoderState(**{f: v.clone() for f, v in self.inputs.items()}), steps, dropout)
+        self.graph, (self.out, after) = capture.capture(step)
+        self.outputs = {f: getattr(after, f) for f in slab.MUTABLE}
 
-        _warm_stream(scratch)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=pool):
-            self.out: DecodeOutput = acoustic.decode(state, steps, dropout)
-        self.outputs = {f: getattr(state, f) for f in _MUTABLE}
-
-    def run(self, slab: DecoderState, rows: torch.Tensor) -> DecodeOutput:
+    def run(self, state: DecoderState, rows: torch.Tensor) -> DecodeOutput:
         """Copy the rows in, replay, scatter the changed fields back; outputs for the live rows only."""
         n, t = rows.numel(), self.length
-        for f in _FIELDS:
-            src = getattr(slab, f)
-            self.inputs[f][:n].copy_(src[rows, :t] if f in _TIME else src[rows])
-        self.inputs["finished"][n:].fill_(True)
+        live = slab.gather(state, rows, t)
+        for f in slab.FIELDS:
+            self.inputs[f][:n].copy_(getattr(live, f))
+        self.inputs["finished"][n:].fill_(True)  # padding rows produce nothing
         self.graph.replay()
-        for f in _MUTABLE:
-            dst, val = getattr(slab, f), self.outputs[f][:n]
-            if f in _TIME:
-                dst[:, :t].index_copy_(0, rows, val)
-            else:
-                dst.index_copy_(0, rows, val)
+        slab.scatter(state, rows, {f: v[:n] for f, v in self.outputs.items()}, t)
         o = self.out
         return DecodeOutput(
             frames=o.frames[:n].clone(), stop=o.stop[:n].clone(), peak=o.peak[:n].clone(),
@@ -80,52 +127,12 @@ class _DecodeGraph:
         )
 
 
-class GraphedVocoder:
-    """Callable like the vocoder (mel [B, W, M] → audio [B, W·hop]); replays a graph per (B bucket, W) shape."""
-
-    def __init__(self, vocoder: torch.nn.Module, max_batch: int, pool: Any) -> None:
-        self.vocoder = vocoder
-        self.max_batch = max_batch
-        self.pool = pool
-        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
-        self._failed: set[tuple[int, int]] = set()
-
-    def capture(self, batch: int, width: int, n_mels: int, dtype: torch.dtype, device: torch.device) -> None:
-        """Capture the vocoder for input [batch, width, n_mels] (no-op when present or known to fail)."""
-        key = (batch, width)
-        if key in self._graphs or key in self._failed or len(self._graphs) >= MAX_VOCODER_GRAPHS:
-            return
-        try:
-            static_in = torch.zeros(batch, width, n_mels, dtype=dtype, device=device)
-            _warm_stream(lambda: self.vocoder(static_in))
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool):
-                static_out = self.vocoder(static_in)
-            self._graphs[key] = (graph, static_in, static_out)
-        except Exception as exc:  # noqa: BLE001 - graphs are an optimisation; eager always works
-            self._failed.add(key)
-            logger.warning("vocoder graph [%d, %d] not captured (%r); running eagerly", batch, width, exc)
-
-    def __call__(self, mel: torch.Tensor) -> torch.Tensor:
-        n, width = mel.shape[0], mel.shape[1]
-        if n > self.max_batch:
-            return self.vocoder(mel)
-        bucket = pow2_bucket(n)
-        self.capture(bucket, width, mel.shape[2], mel.dtype, mel.device)
-        entry = self._graphs.get((bucket, width))
-        if entry is None:
-            return self.vocoder(mel)
-        graph, static_in, static_out = entry
-        static_in[:n].copy_(mel)
-        graph.replay()
-        return static_out[:n].clone()
-
-
 class CudaGraphs:
     """The graphs of one TorchRunner (built only when the runner's device is CUDA and config.cuda_graphs)."""
 
-    def __init__(self, runner: "TorchRunner", config: EngineConfig) -> None:
-        if runner.device.type != "cuda":
+    def __init__(self, runner: GraphHost, config: EngineConfig, capture: EagerCapture | None = None) -> None:
+        """`capture`: EagerCapture to run the bookkeeping without a GPU (tests); default: real CUDA graphs."""
+        if capture is None and runner.device.type != "cuda":
             raise ValueError("CUDA graphs need a CUDA device")
         self.runner = runner
         self.steps = config.decode_steps_per_iteration
@@ -134,13 +141,12 @@ class CudaGraphs:
         self.batch_buckets = [1 << i for i in range(self.max_batch.bit_length())]
         top = runner.max_input_len
         self.length_buckets = sorted({min(top, 1 << i) for i in range(4, top.bit_length() + 1)} | {top})
-        self.pool = torch.cuda.graph_pool_handle()
-        self.vocoder = GraphedVocoder(runner.vocoder, self.max_batch, self.pool)
+        self.capturer = capture if capture is not None else CudaCapture()
         self._decode: dict[tuple[int, int], _DecodeGraph] = {}
         self._disabled = False
 
     def capture(self) -> None:
-        """Capture every decode bucket (largest first) and the vocoder for the usual chunk window."""
+        """Capture every decode bucket (largest first)."""
         with torch.inference_mode():
             for batch in reversed(self.batch_buckets):
                 for length in reversed(self.length_buckets):
@@ -148,15 +154,11 @@ class CudaGraphs:
                         return
                     try:
                         self._decode[(batch, length)] = _DecodeGraph(
-                            self.runner, batch, length, self.steps, self.dropout, self.pool
+                            self.runner, batch, length, self.steps, self.dropout, self.capturer
                         )
                     except Exception as exc:  # noqa: BLE001
                         self._disabled = True
                         logger.warning("decoder CUDA graph capture failed (%r); decoding eagerly", exc)
-            spec, cfg = self.runner.spec, self.runner.config
-            width = spec.window_frames(cfg.chunk_frames + (-cfg.chunk_frames) % cfg.window_bucket_frames)
-            for batch in self.batch_buckets:
-                self.vocoder.capture(batch, width, self.runner.n_mels, self.runner.vocoder_dtype, self.runner.device)
         logger.info("voice %s: %d decoder graphs captured", self.runner.voice, len(self._decode))
 
     def _bucket(self, slots: Sequence[int]) -> tuple[int, int] | None:
@@ -179,6 +181,6 @@ class CudaGraphs:
         if graph is None:
             sub = self.runner.state.index_select(rows)
             out = self.runner.acoustic.decode(sub, steps, dropout=self.dropout)
-            self.runner._scatter(rows, sub, sub.max_len)
+            slab.scatter(self.runner.state, rows, sub, sub.max_len)
             return out
         return graph.run(self.runner.state, rows)

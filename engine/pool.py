@@ -5,7 +5,6 @@ from __future__ import annotations
 import collections
 import heapq
 import threading
-from typing import Iterator
 
 from engine.errors import EngineOverloaded
 from engine.request import Request, Status, now_s
@@ -53,7 +52,8 @@ class RequestPool:
     """Live requests of one engine thread: `max_slots` decoder slots plus a FIFO waiting queue (engine thread only).
 
     A slot is a row of the runner's preallocated batched decoder state; the lowest free slot is handed out
-    first so the live rows stay packed at the front of the state tensors.
+    first so the live rows stay packed at the front of the state tensors. Requests by id are looked up in the
+    engine's one registry of live requests (EngineCore), not here.
     """
 
     def __init__(self, max_slots: int) -> None:
@@ -62,15 +62,11 @@ class RequestPool:
         self._free: list[int] = list(range(max_slots))
         heapq.heapify(self._free)
         self._waiting: collections.deque[Request] = collections.deque()
-        self._by_id: dict[str, Request] = {}
 
     def enqueue(self, request: Request) -> None:
         """A request joins the pool (waiting for a slot; admitted at the next iteration when one is free)."""
-        if request.request_id in self._by_id:
-            raise ValueError(f"duplicate request_id {request.request_id!r}")
         request.status = Status.WAITING
         self._waiting.append(request)
-        self._by_id[request.request_id] = request
 
     def admit(self) -> list[Request]:
         """Move waiting requests into free slots (FIFO); returns the newly admitted ones."""
@@ -87,7 +83,6 @@ class RequestPool:
 
     def remove(self, request: Request) -> None:
         """Take a request out of the pool (finished, cancelled or failed); frees its slot if it had one."""
-        self._by_id.pop(request.request_id, None)
         if request.slot >= 0:
             if self._slots[request.slot] is request:
                 self._slots[request.slot] = None
@@ -100,10 +95,6 @@ class RequestPool:
                 pass
         request.status = Status.DONE
 
-    def get(self, request_id: str) -> Request | None:
-        """The live request with this id, if any."""
-        return self._by_id.get(request_id)
-
     def active(self) -> list[Request]:
         """Requests holding a slot, in slot order."""
         return [r for r in self._slots if r is not None]
@@ -112,11 +103,12 @@ class RequestPool:
         """Requests waiting for a slot, oldest first."""
         return list(self._waiting)
 
-    def __iter__(self) -> Iterator[Request]:
-        return iter(list(self._by_id.values()))
+    def requests(self) -> list[Request]:
+        """Every request in the pool: those holding a slot (slot order), then the waiting ones (oldest first)."""
+        return self.active() + list(self._waiting)
 
     def __len__(self) -> int:
-        return len(self._by_id)
+        return self.num_active + len(self._waiting)
 
     @property
     def num_active(self) -> int:

@@ -89,7 +89,7 @@ class RequestTimings:
 class AudioChunk:
     """Audio for a run of mel frames: float32 samples [N] at the voice's rate, starting at `start_sample`.
 
-    `input_positions` [steps] holds, for each decoder step whose frames are in this chunk, the attention
+    `input_positions` [steps] holds, for each decoder step whose audio starts in this chunk, the attention
     peak: the index into the request's ids the decoder was reading (what part of the text was spoken).
     """
 
@@ -128,7 +128,8 @@ class Status(enum.Enum):
 class Request:
     """Mutable engine-side state of one request (owned by the engine thread; `cancelled` is set from anywhere).
 
-    Frame cursors (mel frames, 0-based): `frames_decoded` ≥ `frames_decided` ≥ `frames_emitted`.
+    Frame cursors (mel frames, 0-based): `frames_decoded` ≥ `frames_decided` ≥ `frames_emitted` (frames fed to
+    the streaming vocoder; their audio comes out the vocoder's look-ahead later, `samples_emitted` counts it).
     `frames_decided` = frames certainly part of the final utterance (up to the last frame that the trailing
     trim cannot remove); `end_frame` is set when decoding finished (the trimmed length).
     """

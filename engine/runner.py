@@ -9,14 +9,15 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 import numpy as np
 import torch
 
-from engine.batching import bucket_up, pad_ids, reflect_extend
+from engine import slab
+from engine.batching import bucket_up, pad_ids
 from engine.config import EngineConfig
 from engine.errors import InvalidRequest
 from engine.modules import DecodeRows, VocodeJob
 from engine.scheduler import VoiceTiming
 from engine.threads import claim_engine_thread, serial_torch
 from models.tacotron2 import DecodeOutput, DecoderState, Tacotron2, Tacotron2InputError
-from models.vocoder_stream import StreamJoiner, mel_window, vocode_windows
+from models.streaming_vocoder import StreamingVocoder
 
 if TYPE_CHECKING:
     from models.voices.bundle import Voice
@@ -24,9 +25,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 _ENCODER_LOCK = threading.Lock()  # uncontended in the pooled engine (one thread); serializes baseline workers
 
-# DecoderState fields decode() changes; memory, keys, lengths and seed are read-only while decoding
-_MUTABLE = ("last_frame", "context", "attn", "attn_cum", "att_h", "att_c", "dec_h", "dec_c", "peak", "step", "finished")
-_TIME = ("memory", "keys", "attn", "attn_cum")  # fields with an input-position axis (dim 1)
 
 
 class TorchRunner:
@@ -34,11 +32,13 @@ class TorchRunner:
 
     Per slot it keeps: a row of the batched DecoderState (allocated once for `max_slots` rows), the mel
     decoded so far (mel_before [slots, F, M], zero past the last decoded frame), the postnet output computed so
-    far (mel_after, exact frames only), and the vocoder StreamJoiner that cross-fades chunk seams.
+    far (mel_after, exact frames only), and a row of the streaming vocoder's layer context
+    (models/streaming_vocoder.py), reset with the slot.
 
-    Exactness: the scheduler only asks for a chunk [s, s+T) once R (vocoder look-ahead) decided frames and the
-    postnet context past them exist, so every mel_after frame is computed once with all the context the
-    whole-utterance postnet would see, and every vocoder window is the one `models.vocoder_stream` defines.
+    Exactness: the scheduler only asks to vocode frames [s, e) once they are decided and the postnet context
+    past them exists, so every mel_after frame is computed once with all the context the whole-utterance
+    postnet would see, and every frame goes through the vocoder once: its audio comes out as soon as the
+    vocoder's receptive field allows (`timing.vocoder_lookahead_frames` later), the rest with the last chunk.
     """
 
     def __init__(self, name: str, voice: "Voice", config: EngineConfig) -> None:
@@ -57,6 +57,7 @@ class TorchRunner:
             self.acoustic = acoustic.to(self.device).eval()
             self.vocoder = vocoder.to(self.device).eval()
         self.spec = voice.stream_spec
+        self.streamer = StreamingVocoder(self.vocoder, config.max_slots)
         c = self.acoustic.config
         self.r = c.reduction_factor
         self.n_mels = c.n_mels
@@ -65,8 +66,9 @@ class TorchRunner:
             sample_rate_hz=int(self.spec.sample_rate_hz),
             hop_samples=int(self.spec.hop_samples),
             reduction_factor=self.r,
-            vocoder_lookahead_frames=int(self.spec.right_context_frames),
+            vocoder_lookahead_frames=self.streamer.tail_frames,
             postnet_lookahead_frames=self.ctx,
+            vocoder_first_frames=self.streamer.min_first_frames,
         )
         self.n_symbols = c.n_symbols
         self.max_input_len = c.max_input_len
@@ -75,7 +77,7 @@ class TorchRunner:
         self.vocoder_dtype = next(self.vocoder.parameters()).dtype
         cap = config.max_slots
         steps_cap = c.max_decoder_steps + config.max_decode_steps_per_iteration
-        self.max_frames = steps_cap * self.r + self.ctx + self.spec.right_context_frames + config.max_chunk_frames
+        self.max_frames = steps_cap * self.r + self.ctx + config.max_chunk_frames
         with torch.inference_mode():
             self.state = DecoderState.allocate(c, cap, c.max_input_len, device=self.device, dtype=self.state_dtype)
             self.mel = torch.zeros(cap, self.max_frames, self.n_mels, device=self.device, dtype=self.state_dtype)
@@ -84,15 +86,14 @@ class TorchRunner:
         self.after_ready = np.zeros(cap, np.int64)  # mel_after frames computed per slot
         self.lengths = np.zeros(cap, np.int64)  # input ids per slot
         self.row_finished = np.ones(cap, bool)  # host mirror of state.finished (free and drained rows: True)
-        self.joiners: dict[int, StreamJoiner] = {}
-        self._centres = tuple(sorted({config.first_chunk_frames, *config.chunk_sizes()}))  # vocoder window centres
+        self._widths = tuple(sorted({*config.chunk_sizes(), *self.first_widths()}))  # vocoder call widths
         self.graphs = None
         if self.device.type == "cuda" and config.cuda_graphs:
             from engine.cuda_graphs import CudaGraphs
 
             self.graphs = CudaGraphs(self, config)
         logger.info(
-            "voice %s: %d slots, r=%d, hop=%d at %d Hz, look-ahead R=%d + postnet %d frames, state %s on %s",
+            "voice %s: %d slots, r=%d, hop=%d at %d Hz, vocoder delay %d + postnet %d frames, state %s on %s",
             name, cap, self.r, self.timing.hop_samples, self.timing.sample_rate_hz,
             self.timing.vocoder_lookahead_frames, self.ctx, self.state_dtype, self.device,
         )
@@ -118,7 +119,7 @@ class TorchRunner:
             self.after_ready[slot] = 0
             self.lengths[slot] = len(row)
             self.row_finished[slot] = False
-            self.joiners[slot] = StreamJoiner(self.spec)
+        self.streamer.reset(list(slots))
 
     # ------------------------------------------------------------------ decode
 
@@ -134,33 +135,6 @@ class TorchRunner:
             return list(range(lo, hi))
         return list(slots)
 
-    def _gather(self, slots: Sequence[int]) -> tuple[DecoderState, slice | torch.Tensor, int]:
-        """Rows of the slab as a DecoderState cropped to their longest input: views when contiguous."""
-        t = max(1, int(self.lengths[list(slots)].max()))
-        lo = slots[0]
-        if list(slots) == list(range(lo, lo + len(slots))):
-            sl = slice(lo, lo + len(slots))
-            values = {}
-            for name in DecoderState.__dataclass_fields__:
-                src = getattr(self.state, name)
-                values[name] = src[sl, :t] if name in _TIME else src[sl]
-            return DecoderState(**values), sl, t
-        rows = torch.tensor(list(slots), dtype=torch.long, device=self.device)
-        return self.state.index_select(rows), rows, t
-
-    def _scatter(self, where: slice | torch.Tensor, sub: DecoderState, t: int) -> None:
-        """Write the fields decode() changed back into the slab."""
-        for name in _MUTABLE:
-            dst, val = getattr(self.state, name), getattr(sub, name)
-            if isinstance(where, slice):
-                target = dst[where, :t] if name in _TIME else dst[where]
-                if target.data_ptr() != val.data_ptr():
-                    target.copy_(val)
-            elif name in _TIME:
-                dst[:, :t].index_copy_(0, where, val)
-            else:
-                dst.index_copy_(0, where, val)
-
     def decode(self, slots: Sequence[int], steps: int, dropout: bool) -> DecodeRows:
         """One batched decoder call of `steps` steps over these slots; appends their mel frames."""
         with torch.inference_mode():
@@ -168,9 +142,11 @@ class TorchRunner:
                 out = self.graphs.decode(slots, steps)
             else:
                 span = self._span(slots)
-                sub, where, t = self._gather(span)
+                where = slab.rows_of(span, self.device)
+                t = max(1, int(self.lengths[span].max()))
+                sub = slab.gather(self.state, where, t)
                 out = self.acoustic.decode(sub, steps, dropout=dropout)
-                self._scatter(where, sub, t)
+                slab.scatter(self.state, where, sub, t)
                 if len(span) != len(slots):  # keep the requested rows of the span
                     pick = torch.tensor([s - span[0] for s in slots], dtype=torch.long, device=self.device)
                     out = DecodeOutput(*(getattr(out, f).index_select(0, pick) for f in DecodeOutput.__dataclass_fields__))
@@ -198,15 +174,20 @@ class TorchRunner:
 
     # ------------------------------------------------------------------ postnet + vocoder
 
+    def first_widths(self) -> tuple[int, ...]:
+        """Frames a first vocoder call may take: the first chunk's audio plus the vocoder's delay (at least what
+        its start padding needs), or a later chunk size plus that delay when the start was held back."""
+        t = self.timing
+        return tuple(max(n + t.vocoder_lookahead_frames, t.vocoder_first_frames)
+                     for n in (self.config.first_chunk_frames, *self.config.chunk_sizes()))
+
     def _postnet(self, jobs: Sequence[VocodeJob]) -> None:
-        """Bring each job's mel_after up to the frames its window reads (one batched postnet call)."""
-        R = self.timing.vocoder_lookahead_frames
+        """Bring each job's mel_after up to its end frame (one batched postnet call)."""
         todo: list[tuple[int, int, int, int]] = []  # slot, input start, first new frame, end
         for job in jobs:
-            need = job.utterance_frames if job.utterance_frames is not None else job.end_frame + R
             have = int(self.after_ready[job.slot])
-            if need > have:
-                todo.append((job.slot, max(0, have - self.ctx), have, need))
+            if job.end_frame > have:
+                todo.append((job.slot, max(0, have - self.ctx), have, job.end_frame))
         if not todo:
             return
         width = bucket_up(max(end + self.ctx - lo for _, lo, _, end in todo), self.config.window_bucket_frames)
@@ -219,80 +200,59 @@ class TorchRunner:
             self.mel_after[slot, first:end] = after[i, first - lo : end - lo]
             self.after_ready[slot] = end
 
-    def _centre_bucket(self, frames: int) -> int:
-        """Window centre for a batch whose longest chunk has `frames` frames: the smallest configured chunk size
-        that holds it (first_chunk_frames, chunk_frames·2^k, max_chunk_frames), else a window_bucket_frames
-        multiple. Chunks shorter than their centre are widened by reflection; few centres, few kernel shapes."""
-        for size in self._centres:
-            if size >= frames:
-                return size
-        return bucket_up(frames, self.config.window_bucket_frames)
+    def _call_width(self, job: VocodeJob) -> int:
+        """Frames of the vocoder call a job rides in: a running stream's exact frame count; a last chunk its frames
+        plus the flush tail, rounded up to a configured width (few shapes: oneDNN builds kernels per shape)."""
+        n = job.end_frame - job.start_frame
+        if not job.last:
+            return n
+        need = max(n, self.streamer.min_frames if job.first else 0) + self.streamer.tail_frames
+        return next((w for w in self._widths if w >= need), bucket_up(need, self.config.window_bucket_frames))
 
     def vocode(self, jobs: Sequence[VocodeJob]) -> list[np.ndarray]:
-        """Postnet + vocoder for each job's frames: one postnet call, one vocoder call per window-centre group."""
-        out: list[np.ndarray | None] = [None] * len(jobs)
-        live = [i for i, j in enumerate(jobs) if j.end_frame > j.start_frame]
-        for i, job in enumerate(jobs):
-            if i not in live:
-                out[i] = np.zeros(0, np.float32)
-                if job.last:
-                    self.joiners.pop(job.slot, None)
+        """Postnet, then each job's frames through its slot's streaming vocoder row: one call per frame count.
+
+        Returns the audio each job completed: its frames' audio delayed by the vocoder's look-ahead, and on the
+        last chunk everything up to the utterance's end."""
+        out: list[np.ndarray] = [np.zeros(0, np.float32)] * len(jobs)
+        live = [i for i, j in enumerate(jobs) if j.end_frame > j.start_frame or (j.last and not j.first)]
         if not live:
-            return out  # type: ignore[return-value]
-        spec = self.spec
-        hop = spec.hop_samples
+            return out
         with torch.inference_mode():
             self._postnet([jobs[i] for i in live])
-            groups: dict[int, list[int]] = {}  # window centre → jobs: a short chunk is not padded to a long one
+            groups: dict[int, list[int]] = {}
             for i in live:
-                groups.setdefault(self._centre_bucket(jobs[i].end_frame - jobs[i].start_frame), []).append(i)
-            vocoder = self.graphs.vocoder if self.graphs is not None else self.vocoder
-            audio_of: dict[int, torch.Tensor] = {}
-            for centre, members in sorted(groups.items()):
-                windows, pads_l, pads_r = [], [], []
-                for i in members:
-                    job = jobs[i]
-                    t = job.end_frame - job.start_frame
-                    if job.utterance_frames is not None:  # the stream ended: reflect past its end, pads marked
-                        mel = self.mel_after[job.slot, : job.utterance_frames]
-                        win = mel_window(mel, job.start_frame, centre, spec, stream_ended=True)
-                        frames = win.frames
-                    else:  # running stream: exact window for the real centre, widened past R by reflection
-                        mel = self.mel_after[job.slot, : int(self.after_ready[job.slot])]
-                        win = mel_window(mel, job.start_frame, t, spec, stream_ended=False)
-                        frames = reflect_extend(win.frames, centre - t)
-                    windows.append(frames)
-                    pads_l.append(win.left_pad_frames)
-                    pads_r.append(win.right_pad_frames)
-                batch = torch.stack(windows).to(self.vocoder_dtype)
-                audio = vocode_windows(vocoder, batch, spec, pads_l, pads_r)
+                groups.setdefault(self._call_width(jobs[i]), []).append(i)
+            pieces: dict[int, torch.Tensor] = {}
+            for width, members in sorted(groups.items()):
+                batch = torch.zeros(len(members), width, self.n_mels, device=self.device, dtype=self.vocoder_dtype)
                 for row, i in enumerate(members):
-                    audio_of[i] = audio[row]
-            pieces = []
-            for i in live:
-                job = jobs[i]
-                t = job.end_frame - job.start_frame
-                joiner = self.joiners[job.slot]
-                piece = joiner.join(audio_of[i][: t * hop + spec.crossfade_samples], centre_samples=t * hop, final=job.last)
-                if job.last:
-                    self.joiners.pop(job.slot, None)
-                pieces.append(piece)
-            host = torch.cat(pieces).float().cpu().numpy()
+                    job = jobs[i]
+                    frames = self.mel_after[job.slot, job.start_frame: job.end_frame]
+                    batch[row, : frames.shape[0]] = frames
+                step = self.streamer.step(
+                    [jobs[i].slot for i in members], batch, [jobs[i].first for i in members],
+                    [jobs[i].end_frame - jobs[i].start_frame if jobs[i].last else None for i in members],
+                )
+                for row, i in enumerate(members):
+                    pieces[i] = step.row(row)
+            host = torch.cat([pieces[i] for i in live]).float().cpu().numpy()
         offset = 0
         for i in live:
-            n = (jobs[i].end_frame - jobs[i].start_frame) * hop
-            out[i] = host[offset : offset + n]
+            n = pieces[i].shape[0]
+            out[i] = host[offset: offset + n]
             offset += n
-        return out  # type: ignore[return-value]
+        return out
 
     # ------------------------------------------------------------------ slots
 
     def release(self, slot: int) -> None:
-        """Forget the slot: its state row is marked finished so a stray decode produces nothing."""
-        self.joiners.pop(slot, None)
+        """Forget the slot: its decoder row is marked finished (a stray decode produces nothing) and its vocoder
+        row is zeroed, so the slot's next request never hears this one's state."""
         with torch.inference_mode():
             self.state.finished[slot] = True
             self.state.lengths[slot] = 0
+            self.streamer.reset([slot])
         self.decoded[slot] = 0
         self.after_ready[slot] = 0
         self.lengths[slot] = 0
@@ -306,35 +266,40 @@ class TorchRunner:
         """Encode, decode and vocode one short dummy request in slot 0 (and capture CUDA graphs)."""
         ids = [min(i + 1, self.n_symbols - 1) for i in range(min(8, self.max_input_len))]
         self.encode([0], [ids], [0])
-        frames_needed = self.config.first_chunk_frames + self.timing.vocoder_lookahead_frames + self.ctx
+        frames_needed = self.first_widths()[0] + self.ctx
         steps = -(-frames_needed // self.r)
         for _ in range(steps):
             self.decode([0], 1, self.config.prenet_dropout)
         n = int(self.decoded[0])
-        t = min(self.config.first_chunk_frames, n)
-        if t > 0:
-            self.vocode([VocodeJob(0, 0, t, utterance_frames=n, first=True, last=True)])
+        if n > 0:
+            self.vocode([VocodeJob(0, 0, n, utterance_frames=n, first=True, last=True)])
         self.release(0)
         self._warm_shapes()
         if self.graphs is not None:
             self.graphs.capture()
 
     def _warm_shapes(self) -> None:
-        """Run the postnet and vocoder once per chunk-size shape at batch 1 (first, middle and last chunks), so
-        the first call of a size does not pay for building its kernels (measured over gRPC: the first call's
-        TTFA 181 ms without this, 90 ms with it; later calls 76 ms). Larger batches build theirs on first use."""
-        spec = self.spec
-        left, right = spec.left_context_frames, spec.right_context_frames
-        vocoder = self.graphs.vocoder if self.graphs is not None else self.vocoder
+        """Run the postnet and the streaming vocoder once per call width at batch 1 (first, middle and last calls,
+        and every width a last call of up to max_chunk_frames frames rounds up to),
+        so the first call of a width does not pay for building its kernels (measured over gRPC with the window
+        path: the first call's TTFA 181 ms without this, 90 ms with it). Larger batches build theirs on first use."""
+        tail = self.streamer.tail_frames
+        last_widths = {self._call_width(VocodeJob(0, 0, n, n, False, True))
+                       for n in range(1, self.config.max_chunk_frames + 1)}
         with torch.inference_mode():
-            for centre in self._centres:
-                for width in {centre + right + self.ctx, centre + 2 * self.ctx}:
-                    mel = torch.zeros(1, bucket_up(width, self.config.window_bucket_frames), self.n_mels,
-                                      device=self.device, dtype=self.state_dtype)
-                    self.acoustic.postnet(mel)
-                window = torch.zeros(1, left + centre + right, self.n_mels, device=self.device, dtype=self.vocoder_dtype)
-                for pad_l, pad_r in ((0, 0), (left, 0), (0, right)):  # middle, first, last chunk
-                    vocode_windows(vocoder, window, spec, [pad_l], [pad_r])
+            for width in sorted({*self._widths, *last_widths}):
+                mel = torch.zeros(1, bucket_up(width + 2 * self.ctx, self.config.window_bucket_frames), self.n_mels,
+                                  device=self.device, dtype=self.state_dtype)
+                self.acoustic.postnet(mel)
+                frames = torch.zeros(1, width, self.n_mels, device=self.device, dtype=self.vocoder_dtype)
+                calls = [([False], [max(0, width - tail)])]  # every width a last call may take
+                if width in self._widths:  # widths of running streams' calls
+                    calls.insert(0, ([False], [None]))
+                    if width >= self.streamer.min_first_frames:
+                        calls.insert(0, ([True], [None]))
+                for first, last in calls:  # first, middle, last call of a stream in slot 0
+                    self.streamer.step([0], frames, first, last)
+            self.streamer.reset([0])
 
 
 def build_runners(config: EngineConfig, voices: Mapping[str, "Voice"] | None = None) -> dict[str, TorchRunner]:

@@ -15,10 +15,11 @@ Policy (also in docs/engine.md):
   tens of ms; one step after it would let every stream fall behind). If there are more than
   `max_decode_batch`, urgent ones go first, then the ones with the least buffered audio; the rest wait one
   iteration.
-* **Chunks.** A request has a *ready chunk* when enough mel is decided, counting the look-ahead the postnet
-  and vocoder need for exact audio: `first_chunk_frames` for the first, then the largest of
-  `chunk_frames`·2^k (up to `max_chunk_frames`: 24, 48, 96 by default) that is covered, or the rest of the
-  utterance once its decoder stopped. Few sizes mean few vocoder shapes (engine/threads.py).
+* **Chunks.** A request has a *ready chunk* when enough mel is decided (and the postnet has its context past
+  it): the streaming vocoder takes each frame once and returns its audio `vocoder_lookahead_frames` later, so
+  the first call takes `first_chunk_frames` plus that delay, later ones the largest of `chunk_frames`·2^k (up
+  to `max_chunk_frames`: 24, 48, 96 by default) that is covered, the last one the rest of the utterance and
+  the flush. Few sizes mean few vocoder shapes (engine/threads.py).
 * **Vocode.** Urgent ready chunks are vocoded at once (no audio yet first, then least buffered). A chunk
   that is not urgent goes early only if it is *efficient* (full size or the utterance's last: the
   vocoder's context frames cost least per frame of audio); such chunks ride along with urgent ones, or
@@ -60,8 +61,9 @@ class VoiceTiming:
     sample_rate_hz: int
     hop_samples: int
     reduction_factor: int
-    vocoder_lookahead_frames: int  # R: mel frames the vocoder window needs past a chunk's end
-    postnet_lookahead_frames: int  # the postnet's context: mel_before frames needed past those R frames
+    vocoder_lookahead_frames: int  # the streaming vocoder's delay: audio of the frames fed comes out this much later
+    postnet_lookahead_frames: int  # the postnet's context: mel_before frames needed past the frames vocoded
+    vocoder_first_frames: int = 1  # fewest frames a stream's first vocoder call takes (its start padding needs them)
 
     @property
     def frame_s(self) -> float:
@@ -185,22 +187,29 @@ class Scheduler:
         """Sizes a later chunk of this running stream may take (EngineConfig.chunk_sizes)."""
         return self.config.chunk_sizes(request.chunk_frames)
 
-    def ready_chunk(self, request: Request) -> ChunkJob | None:
-        """The chunk this request could vocode now, or None (not enough decided mel yet).
+    def first_frames(self, request: Request, audio_frames: int) -> int:
+        """Frames the first vocoder call must take for `audio_frames` of audio to come out of it."""
+        vt = self.timings[request.voice]
+        return max(audio_frames + vt.vocoder_lookahead_frames, vt.vocoder_first_frames)
 
-        A running stream's chunk is the largest size the decided mel covers (with the look-ahead exact audio
-        needs): first_chunk_frames or a chunk_sizes() size for the first chunk (larger only when it was held
-        back and the decoder ran ahead meanwhile), a chunk_sizes() size for later ones. Once the decoder
-        stopped: up to max_chunk_frames at a time, the last chunk taking the whole rest.
+    def ready_chunk(self, request: Request) -> ChunkJob | None:
+        """The frames this request could feed the vocoder now, or None (not enough decided mel yet).
+
+        Frames go to the streaming vocoder once decided (the trailing trim cannot remove them) and the postnet
+        has its context past them; the vocoder returns their audio `vocoder_lookahead_frames` later. The first
+        call takes first_chunk_frames plus that delay (more when the start was held back and the decoder ran
+        ahead: a chunk_sizes() size plus the delay); later calls the largest chunk_sizes() size covered. Once
+        the decoder stopped: up to max_chunk_frames at a time, the last call taking the rest and flushing.
         """
         if request.status not in (Status.DECODING, Status.DRAINING):
             return None
         vt = self.timings[request.voice]
         start = request.frames_emitted
-        target = request.first_chunk_frames if start == 0 else request.chunk_frames
+        firsts = tuple(self.first_frames(request, n) for n in (request.first_chunk_frames, *self.chunk_sizes(request)))
+        target = firsts[0] if start == 0 else request.chunk_frames
         if request.end_frame is not None:
             remaining = request.end_frame - start
-            if remaining <= 0:  # all frames out: a last, empty job flushes the vocoder's held-back tail
+            if remaining <= 0:  # all frames fed: a last, empty call flushes the vocoder's held-back audio
                 return ChunkJob(request, start, start, last=True)
             half = request.chunk_frames // 2
             if start == 0 and remaining > target + half:
@@ -211,15 +220,11 @@ class Scheduler:
                 n = self.config.max_chunk_frames
             end = start + n
             return ChunkJob(request, start, end, last=end >= request.end_frame)
-        # exact audio needs R decided frames past the chunk and the postnet's context past those
-        limit = min(
-            request.frames_decided - vt.vocoder_lookahead_frames,
-            request.frames_decoded - vt.vocoder_lookahead_frames - vt.postnet_lookahead_frames,
-        )
+        limit = min(request.frames_decided, request.frames_decoded - vt.postnet_lookahead_frames)
         available = limit - start
         if available < target:
             return None
-        sizes = self.chunk_sizes(request) if start else (request.first_chunk_frames, *self.chunk_sizes(request))
+        sizes = self.chunk_sizes(request) if start else firsts
         n = max(size for size in sizes if size <= available)  # a first chunk held back (staggered start) grows too
         return ChunkJob(request, start, start + n, last=False)
 

@@ -55,6 +55,11 @@ class PQMFSynthesis(nn.Module):
         weight = torch.from_numpy(synthesis_filter(subbands, taps, cutoff_ratio, beta)).float()
         self.register_buffer("filter", weight)
 
+    @property
+    def weight(self) -> torch.Tensor:
+        """The synthesis filters as a convolution weight [1, K, taps + 1] (what a streamed convolution reads)."""
+        return self.filter
+
     def forward(self, subband_signals: torch.Tensor) -> torch.Tensor:
         """[B, K, N] → [B, 1, K·N]."""
         b, k, n = subband_signals.shape

@@ -108,11 +108,18 @@ class FakeRunner:
     def vocode(self, jobs: Sequence[VocodeJob]) -> list[np.ndarray]:
         self._call("vocode", [j.slot for j in jobs])
         out = []
+        lag = self.timing.vocoder_lookahead_frames
         for job in jobs:
             st = self.slots[job.slot]
             if job.end_frame > st["decoded"]:
                 raise RuntimeError(f"vocode past decoded mel: {job} vs {st['decoded']}")
-            out.append(np.repeat(np.array([frame_value(st["seed"], f) for f in range(job.start_frame, job.end_frame)], np.float32), HOP))
+            if job.start_frame != st.get("fed", 0):
+                raise RuntimeError(f"vocode out of order: {job} after {st.get('fed', 0)} frames")
+            st["fed"] = job.end_frame
+            # like the streaming vocoder: audio `lag` frames behind the frames fed, the rest with the last chunk
+            lo, hi = st.get("out", 0), job.end_frame if job.last else max(st.get("out", 0), job.end_frame - lag)
+            st["out"] = hi
+            out.append(np.repeat(np.array([frame_value(st["seed"], f) for f in range(lo, hi)], np.float32), HOP))
         return out
 
     def release(self, slot: int) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.batching import bucket_up, pad_ids, pow2_bucket, reflect_extend
+from engine.batching import bucket_up, pad_ids, pow2_bucket
 
 ENGINE = Path(__file__).resolve().parents[2] / "engine"
 
@@ -23,13 +23,6 @@ def test_buckets() -> None:
 def test_pad_ids() -> None:
     ids, lengths = pad_ids([[3, 4, 5], [7]])
     assert ids.tolist() == [[3, 4, 5], [7, 0, 0]] and lengths.tolist() == [3, 1]
-
-
-def test_reflect_extend_folds_about_the_last_frame() -> None:
-    frames = torch.arange(4.0).unsqueeze(1)  # 0 1 2 3
-    assert reflect_extend(frames, 5)[:, 0].tolist() == [0, 1, 2, 3, 2, 1, 0, 1, 2]
-    assert reflect_extend(frames[:1], 2)[:, 0].tolist() == [0, 0, 0]
-    assert reflect_extend(frames, 0) is frames
 
 
 def test_engine_never_imports_grpc_protos_or_service() -> None:

@@ -56,8 +56,10 @@ async def test_one_stream_equals_whole_utterance(baker_voice, segments) -> None:
     await engine.stop()
     assert final.reason is FinishReason.COMPLETED
     assert len(audio) == len(ref) > 24000
-    assert rel_l2(audio, ref) < 1e-3  # the MB-MelGAN chunking bound is 5.9e-4
-    assert len(chunks[0].samples) == 16 * HOP and len(chunks) >= 3
+    assert rel_l2(audio, ref) < 1e-4  # the streaming vocoder is exact; what remains is decoder/postnet rounding
+    runner = engine.backend.runners["baker-zh"]
+    assert len(chunks[0].samples) == runner.first_widths()[0] * HOP - runner.streamer.lookahead_samples >= 16 * HOP
+    assert len(chunks) >= 3
     positions = np.concatenate([c.input_positions for c in chunks])
     assert positions.min() >= 0 and positions.max() < len(ids) and positions[-1] >= len(ids) // 2
 

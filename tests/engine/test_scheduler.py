@@ -62,26 +62,40 @@ def test_no_audio_yet_is_urgent_then_buffer_rule() -> None:
 
 
 def test_chunk_needs_lookahead_before_it_is_ready() -> None:
+    """The first call feeds the first chunk plus the vocoder's delay (its audio comes out that much later);
+    every frame fed must be decided and have the postnet's context decoded past it."""
     sched, _, (r,) = setup(1)
     decoding(r, decoded=16 + 4 + 3 - 1)
-    assert sched.ready_chunk(r) is None  # one frame short of R + postnet context
+    assert sched.ready_chunk(r) is None  # one frame short of the delay + postnet context
     decoding(r, decoded=16 + 4 + 3)
     job = sched.ready_chunk(r)
-    assert (job.start_frame, job.end_frame, job.last) == (0, 16, False)
+    assert (job.start_frame, job.end_frame, job.last) == (0, 16 + 4, False)
     # frames that the trailing trim could still remove do not count as decided
     decoding(r, decoded=40, decided=16 + 4 - 1)
     assert sched.ready_chunk(r) is None
     # later chunks: the largest of chunk_frames·2^k (24, 48, 96 = max_chunk_frames) that is available
     assert sched.chunk_sizes(r) == (24, 48, 96)
-    decoding(r, decoded=200, emitted=16)
+    decoding(r, decoded=200, emitted=20)
     job = sched.ready_chunk(r)
-    assert (job.start_frame, job.end_frame) == (16, 16 + 96)
-    decoding(r, decoded=16 + 95 + 7, emitted=16)
-    assert sched.ready_chunk(r).end_frame == 16 + 48  # 95 available: the 48 size
-    decoding(r, decoded=16 + 47 + 7, emitted=16)
-    assert sched.ready_chunk(r).end_frame == 16 + 24
-    decoding(r, decoded=16 + 23 + 7, emitted=16)
+    assert (job.start_frame, job.end_frame) == (20, 20 + 96)
+    decoding(r, decoded=20 + 95 + 3, emitted=20)
+    assert sched.ready_chunk(r).end_frame == 20 + 48  # 95 available: the 48 size
+    decoding(r, decoded=20 + 47 + 3, emitted=20)
+    assert sched.ready_chunk(r).end_frame == 20 + 24
+    decoding(r, decoded=20 + 23 + 3, emitted=20)
     assert sched.ready_chunk(r) is None  # 23 < chunk_frames available
+
+
+def test_first_call_takes_what_the_vocoder_start_needs() -> None:
+    timing = VoiceTiming(sample_rate_hz=1000, hop_samples=10, reduction_factor=2, vocoder_lookahead_frames=4,
+                         postnet_lookahead_frames=3, vocoder_first_frames=30)
+    config = EngineConfig(voices=("v",), max_slots=8)
+    sched = Scheduler(config, {"v": timing}, unread_ms=lambda r: 0.0)
+    r = req("a")
+    decoding(r, decoded=29 + 3)
+    assert sched.ready_chunk(r) is None
+    decoding(r, decoded=30 + 3)
+    assert sched.ready_chunk(r).end_frame == 30
 
 
 def test_finished_request_sends_the_rest_and_a_flush() -> None:
@@ -180,8 +194,7 @@ def test_pool_slots_and_waiting_queue() -> None:
     pool.remove(rs[0])
     assert rs[0].status is Status.DONE and pool.num_free == 1
     assert pool.admit() == [rs[2]] and rs[2].slot == 0  # lowest free slot first
-    with pytest.raises(ValueError):
-        pool.enqueue(req("p1"))
+    assert pool.requests() == [rs[2], rs[1]]
 
 
 def test_admission_gate_limits_live_requests() -> None:
@@ -257,6 +270,6 @@ def test_starts_are_staggered_while_streams_ramp_up() -> None:
     ramping[0].timings.chunks = 1
     plan = sched.pick_chunks(pool, now + 2.5, decoder_busy=True)  # held past MAX_START_HOLD_S: both go
     assert {j.request.request_id for j in plan.vocode["v"] if j.start_frame == 0} == {"r2", "r3"}
-    # a held first chunk grows with the mel decoded meanwhile (here to the 48-frame size)
-    decoding(rs[3], decoded=48 + 7)
-    assert sched.ready_chunk(rs[3]).end_frame == 48
+    # a held first chunk grows with the mel decoded meanwhile (here to the 48-frame size plus the vocoder delay)
+    decoding(rs[3], decoded=48 + 4 + 3)
+    assert sched.ready_chunk(rs[3]).end_frame == 48 + 4

@@ -1,0 +1,271 @@
+"""Stateful streaming vocoding (MB-MelGAN + PQMF, HiFi-GAN): per-slot layer context, no frame computed twice.
+
+`StreamingVocoder(vocoder, slots)` wraps a loaded MBMelGAN or HiFiGAN (sharing its weights) and keeps every
+convolution's left context per slot (models/stream_conv.py). `step(rows, mel, first, last_frames)` feeds each
+row its next T mel frames and returns the audio the receptive field allows so far:
+
+* a row's first call must hold at least `min_first_frames` frames (the reflection pads of the first layers need
+  the samples after the utterance start) and its audio begins `lookahead_samples` later than the frames fed;
+* in steady state T frames in give T·hop samples out, `lookahead_samples` behind the frames fed;
+* a row's last call (`last_frames[b]` = its real frames, the rest of the T frames is tail padding) pads the end
+  like the whole-utterance model and flushes everything: T must be ≥ last_frames[b] + `tail_frames`.
+
+Joined, the rows' audio equals one whole-utterance forward pass up to float rounding
+(tests/models/test_streaming_vocoder.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from models.hifigan import FINAL_SLOPE, RESBLOCK_SLOPE, HiFiGAN, ResBlock1
+from models.mb_melgan import MBMelGAN, ResidualStack
+from models.stream_conv import Edges, RowState, StreamCache, StreamConv, StreamConvTranspose, StreamDelay, \
+    StreamEdgeError
+
+log = logging.getLogger(__name__)
+
+
+class _MBResidualStack(nn.Module):
+    """ResidualStack streamed: the shortcut path is delayed by the dilated conv's pad."""
+
+    def __init__(self, stack: ResidualStack) -> None:
+        super().__init__()
+        self.stack, self.slope = stack, stack.slope
+        self.conv1 = StreamConv(stack.conv1, "reflect")
+        self.delay = StreamDelay(stack.conv1.in_channels, self.conv1.pad)
+
+    def forward(self, x: torch.Tensor, state: RowState, edges: Edges) -> tuple[torch.Tensor, Edges]:
+        y, out_edges = self.conv1(F.leaky_relu(x, self.slope), state, edges)
+        y = self.stack.conv2(F.leaky_relu(y, self.slope))
+        shortcut, _ = self.delay(x, state, edges)
+        return self.stack.shortcut(shortcut) + y, out_edges
+
+
+class _MBMelGANNet(nn.Module):
+    """MBMelGAN.forward streamed: [B, M, n] → [B, n·hop]."""
+
+    def __init__(self, model: MBMelGAN) -> None:
+        super().__init__()
+        c = model.config
+        self.slope = c.leaky_relu_slope
+        self.pre = StreamConv(model.conv_pre, "reflect")
+        self.ups = nn.ModuleList(StreamConvTranspose(up, s // 2) for up, s in zip(model.ups, c.upsample_scales))
+        self.stacks = nn.ModuleList(nn.ModuleList(_MBResidualStack(s) for s in stage) for stage in model.stacks)
+        self.post = StreamConv(model.conv_post, "reflect")
+        self.pqmf = StreamConv(model.pqmf, "zeros")
+        self.subbands = c.subbands
+
+    def forward(self, x: torch.Tensor, state: RowState, edges: Edges) -> tuple[torch.Tensor, Edges]:
+        x, edges = self.pre(x, state, edges)
+        for up, stacks in zip(self.ups, self.stacks):
+            x, edges = up(F.leaky_relu(x, self.slope), state, edges)
+            for stack in stacks:
+                x, edges = stack(x, state, edges)
+        x, edges = self.post(F.leaky_relu(x, self.slope), state, edges)
+        x = torch.tanh(x)
+        k = self.subbands  # PQMF: zero insertion ×k (gain k), then the synthesis filters
+        b, _, n = x.shape
+        up = x.new_zeros(b, k, n * k)
+        up[..., ::k] = x * k
+        audio, edges = self.pqmf(up, state, edges.map(scale=k))
+        return audio[:, 0], edges
+
+
+class _HiFiResBlock(nn.Module):
+    """ResBlock1 / ResBlock2 streamed: each residual path delayed by its convolutions' pads."""
+
+    def __init__(self, block: nn.Module) -> None:
+        super().__init__()
+        pairs = zip(block.convs1, block.convs2) if isinstance(block, ResBlock1) else ((c,) for c in block.convs)
+        self.paths = nn.ModuleList(nn.ModuleList(StreamConv(c, "zeros") for c in convs) for convs in pairs)
+        self.delays = nn.ModuleList(
+            StreamDelay(convs[0].state_channels, sum(c.pad for c in convs)) for convs in self.paths
+        )
+        self.delay_samples = sum(d.state_width for d in self.delays)
+
+    def forward(self, x: torch.Tensor, state: RowState, edges: Edges) -> tuple[torch.Tensor, Edges]:
+        for convs, delay in zip(self.paths, self.delays):
+            xt, xt_edges = x, edges
+            for conv in convs:
+                xt, xt_edges = conv(F.leaky_relu(xt, RESBLOCK_SLOPE), state, xt_edges)
+            shortcut, _ = delay(x, state, edges)
+            x, edges = shortcut + xt, xt_edges
+        return x, edges
+
+
+class _HiFiGANNet(nn.Module):
+    """HiFiGAN.forward streamed: [B, M, n] → [B, n·hop]; parallel resblocks are aligned to the slowest one."""
+
+    def __init__(self, model: HiFiGAN) -> None:
+        super().__init__()
+        c = model.config
+        self.pre = StreamConv(model.conv_pre, "zeros")
+        self.ups = nn.ModuleList(
+            StreamConvTranspose(up, (k - u) // 2)
+            for up, u, k in zip(model.ups, c.upsample_rates, c.upsample_kernel_sizes)
+        )
+        self.blocks = nn.ModuleList(_HiFiResBlock(b) for b in model.resblocks)
+        self.num_kernels = model.num_kernels
+        self.align = nn.ModuleList()
+        for i, up in enumerate(self.ups):
+            stage = self.blocks[i * self.num_kernels:(i + 1) * self.num_kernels]
+            slowest = max(b.delay_samples for b in stage)
+            self.align.extend(StreamDelay(up.up.out_channels, slowest - b.delay_samples) for b in stage)
+        self.post = StreamConv(model.conv_post, "zeros")
+
+    def forward(self, x: torch.Tensor, state: RowState, edges: Edges) -> tuple[torch.Tensor, Edges]:
+        x, edges = self.pre(x, state, edges)
+        for i, up in enumerate(self.ups):
+            x, edges = up(F.leaky_relu(x, RESBLOCK_SLOPE), state, edges)
+            xs, out_edges = None, edges
+            for j in range(i * self.num_kernels, (i + 1) * self.num_kernels):
+                y, y_edges = self.blocks[j](x, state, edges)
+                y, out_edges = self.align[j](y, state, y_edges)
+                xs = y if xs is None else xs + y
+            x, edges = xs / self.num_kernels, out_edges
+        x, edges = self.post(F.leaky_relu(x, FINAL_SLOPE), state, edges)
+        return torch.tanh(x)[:, 0], edges
+
+
+@dataclass(frozen=True)
+class StepAudio:
+    """One `step`: audio [B, T·hop] and, per row, the samples [lo, hi) that are utterance audio to emit now."""
+
+    audio: torch.Tensor
+    lo: tuple[int, ...]
+    hi: tuple[int, ...]
+
+    def row(self, b: int) -> torch.Tensor:
+        """Row b's new audio [hi − lo]."""
+        return self.audio[b, self.lo[b]: self.hi[b]]
+
+
+class StreamingVocoder(nn.Module):
+    """Per-slot streaming state over an MBMelGAN or HiFiGAN (weights shared with it, never copied)."""
+
+    def __init__(self, vocoder: nn.Module, slots: int) -> None:
+        super().__init__()
+        if isinstance(vocoder, MBMelGAN):
+            self.net: nn.Module = _MBMelGANNet(vocoder)
+        elif isinstance(vocoder, HiFiGAN):
+            self.net = _HiFiGANNet(vocoder)
+        else:
+            raise TypeError(f"no streaming form of {type(vocoder).__name__}")
+        self.num_mels = vocoder.config.num_mels
+        self.hop_samples = vocoder.hop_samples
+        self.min_frames = vocoder.min_frames  # shorter utterances are padded by repeating the last frame, as forward
+        param = next(vocoder.parameters())
+        self.cache = StreamCache(self.net, slots, param.device, param.dtype)
+        self.lookahead_samples, self.min_first_frames = self._geometry(param)
+        self.tail_frames = -(-self.lookahead_samples // self.hop_samples)
+        log.info("%s streaming: look-ahead %d samples (%.2f frames), first call ≥ %d frames, %d slots",
+                 type(vocoder).__name__, self.lookahead_samples, self.lookahead_samples / self.hop_samples,
+                 self.min_first_frames, slots)
+
+    @property
+    def lookahead_frames(self) -> float:
+        """The exact path's delay: audio comes out this many mel frames behind the frames fed."""
+        return self.lookahead_samples / self.hop_samples
+
+    def _geometry(self, param: torch.Tensor) -> tuple[int, int]:
+        """(look-ahead in samples, fewest frames a first call needs), probed on a scratch one-slot cache.
+
+        A first call of n frames works iff every reflection finds its samples and some audio comes out; that
+        holds for all n past a threshold, found by doubling then bisecting.
+        """
+        scratch = StreamCache(self.net, 1, param.device, param.dtype)
+
+        def lag(n: int) -> int | None:
+            zeros = torch.zeros(1, self.num_mels, n, device=param.device, dtype=param.dtype)
+            try:
+                with torch.inference_mode():
+                    _, edges = self.net(zeros, scratch.rows([0]), Edges((0,), (None,)))
+            except StreamEdgeError:
+                return None
+            return edges.start[0] if edges.start[0] < n * self.hop_samples else None
+
+        hi = 1
+        while lag(hi) is None:
+            hi *= 2
+        lo = hi // 2  # lag(lo) fails (or lo = 0)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if lag(mid) is not None else (mid, hi)
+        return lag(hi), hi
+
+    def reset(self, rows: Sequence[int]) -> None:
+        """Forget these slots' streams (their next call must be a first call)."""
+        if rows:
+            self.cache.reset(rows)
+
+    def step(self, rows: Sequence[int], mel: torch.Tensor, first: Sequence[bool],
+             last_frames: Sequence[int | None]) -> StepAudio:
+        """Feed mel [B, T, M] (row b → slot rows[b]) and return the audio now complete (see the module docstring).
+
+        `first[b]`: row b starts its utterance (at least min_first_frames frames, unless it is also its last call).
+        `last_frames[b]`: None, or the number of real frames of row b when this is its last call (0: flush only).
+        """
+        b, t = mel.shape[0], mel.shape[1]
+        if mel.dim() != 3 or mel.shape[2] != self.num_mels or b != len(rows) or t < 1:
+            raise ValueError(f"mel must be [{len(rows)}, T ≥ 1, {self.num_mels}], got {tuple(mel.shape)}")
+        if len(first) != b or len(last_frames) != b:
+            raise ValueError("first and last_frames need one entry per row")
+        ends = list(last_frames)
+        for i, (f, n) in enumerate(zip(first, ends)):
+            if n is None:
+                if f and t < self.min_first_frames:
+                    raise StreamEdgeError(f"a first call needs ≥ {self.min_first_frames} frames, got {t}")
+                continue
+            if not (1 if f else 0) <= n <= t:  # a running stream may end with an empty call (the flush alone)
+                raise ValueError(f"last_frames[{i}]={n} outside [{1 if f else 0}, {t}]")
+            if f and n < self.min_frames:  # the whole utterance is shorter than the network takes: as forward()
+                if t < self.min_frames:
+                    raise StreamEdgeError(f"a {n}-frame utterance needs T ≥ {self.min_frames}")
+                mel = mel.clone()
+                mel[i, n:self.min_frames] = mel[i, n - 1]
+                ends[i] = self.min_frames
+        x = mel.transpose(1, 2)
+        edges = Edges(tuple(0 if f else None for f in first), tuple(ends))
+        audio, out = self.net(x, self.cache.rows(rows), edges)
+        width = audio.shape[1]
+        lo = tuple(0 if s is None else s for s in out.start)
+        hi = []
+        for i, (e, n) in enumerate(zip(out.end, last_frames)):
+            if e is None:
+                hi.append(width)
+                continue
+            stop = e - (ends[i] - n) * self.hop_samples  # a short utterance was padded to min_frames
+            if stop > width:
+                raise StreamEdgeError(f"a last call needs ≥ {n + self.tail_frames} frames, got {t}")
+            hi.append(stop)
+        return StepAudio(audio, lo, tuple(hi))
+
+
+def vocode_streamed(streamer: StreamingVocoder, mel: torch.Tensor, sizes: Sequence[int], slot: int = 0
+                    ) -> torch.Tensor:
+    """Vocode one mel [N, M] through `streamer`'s slot in calls of `sizes` frames (the last size repeats) → [N·hop].
+
+    As the engine does: the first call waits until it holds min_first_frames frames (or the whole utterance),
+    the last call carries tail_frames of padding. For tests and benchmarks.
+    """
+    n_total, pieces, pos, i = mel.shape[0], [], 0, 0
+    streamer.reset([slot])
+    while pos < n_total:
+        n = sizes[min(i, len(sizes) - 1)]
+        if pos == 0:
+            n = max(n, streamer.min_first_frames)
+        n = min(n, n_total - pos)
+        last = pos + n >= n_total
+        width = n + (streamer.tail_frames + max(0, streamer.min_frames - n) if last else 0)
+        chunk = mel.new_zeros(1, width, mel.shape[1])
+        chunk[0, :n] = mel[pos: pos + n]
+        pieces.append(streamer.step([slot], chunk, [pos == 0], [n if last else None]).row(0))
+        pos, i = pos + n, i + 1
+    return torch.cat(pieces)
