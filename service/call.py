@@ -96,6 +96,7 @@ class CallSession:
         self._control = _TokenBucket(self.limits.max_control_per_s, deps.clock)
         self._last_event_s = deps.clock()
         self._input_done = False
+        self._tasks: list[asyncio.Task] = []
         self.ttfa_ms: list[float] = []
         self.tel = bind_call(session_id)  # telemetry: span, metrics, end-of-call log (service/telemetry)
 
@@ -165,7 +166,7 @@ class CallSession:
             max_ahead_ms=max(self.limits.max_lookahead_ms, s.lead_ms + s.frame_ms),
         )
         self._sender = PacedSender(pacer, self._send_frame)
-        tasks = [
+        tasks = self._tasks = [
             loop.create_task(self._guard(self._sender.run()), name=f"{self.session_id}-sender"),
             loop.create_task(self._guard(self._run_turns()), name=f"{self.session_id}-turns"),
             loop.create_task(self._guard(self._read(events)), name=f"{self.session_id}-reader"),
@@ -180,6 +181,26 @@ class CallSession:
             for turn in list(self.turns):
                 self._stop_streams(turn)
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    def dump_state(self) -> str:
+        """Everything a hung call is waiting on, as text: turns and their states, queues, frames, engine requests, tasks."""
+        lines = [f"call {self.session_id}: input_done={self._input_done} turn_queue={self._turn_queue.qsize()} "
+                 f"playing={self._playing.turn_id if self._playing else None!r}"]
+        if self._sender is not None:
+            p = self._sender.pacer
+            lines.append(f"  pacer: mode={p.mode.value} queued_frames={p.queued_frames} closed={p.closed} "
+                         f"expect_more={p._expect_more} stats={p.stats}")  # noqa: SLF001
+        for t in self.turns:
+            streams = ", ".join(f"{st.request_id}(finished={st.finished.reason.value if st.finished else None})"
+                                for st in t.streams)
+            lines.append(f"  turn {t.turn_id!r}: {t.state.value} segments_queued={t.segments.qsize()} "
+                         f"pending_frames={t.pending_frames} produced_all={t.produced_all} "
+                         f"cleared_reply_pending={t.cleared_reply_pending} audio_frames={t.audio_frames} "
+                         f"marks={len(t.marks)} engine_requests=[{streams}]")
+        for task in self._tasks:
+            where = "; ".join(f"{f.f_code.co_name}:{f.f_lineno}" for f in task.get_stack())
+            lines.append(f"  task {task.get_name()}: {'done' if task.done() else 'waiting in ' + where}")
+        return "\n".join(lines)
 
     async def _first_event(self, events: AsyncIterator[pb.ClientEvent]) -> pb.ClientEvent:
         try:

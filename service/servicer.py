@@ -59,7 +59,11 @@ class TtsServicer(tts_pb2_grpc.TtsServicer):
         try:
             await session.run(events)
         except asyncio.CancelledError:
-            log.info("call %s cancelled by the client or its deadline", session.session_id)
+            remaining_s = context.time_remaining()
+            if remaining_s is not None and remaining_s <= 0:  # the client's deadline passed: say what it waited on
+                log.warning("call %s missed its deadline\n%s", session.session_id, session.dump_state())
+            else:
+                log.info("call %s cancelled by the client", session.session_id)
             raise
         except Exception as exc:  # every failure ends with a status from the one table
             code, _ = status_for(exc)
