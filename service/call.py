@@ -27,6 +27,7 @@ from service.turn import OutFrame, Turn, TurnState
 
 log = logging.getLogger(__name__)
 VERSION = "0.1.0"
+_RECANCEL_S = 1.0  # a task still running this long after its cancel absorbed it (library code): cancel it again
 
 
 @dataclass
@@ -49,6 +50,17 @@ class CallDeps:
         if options not in self._frontends:
             self._frontends[options] = MandarinFrontend(FrontendOptions(normalize=options))
         return self._frontends[options]
+
+
+def _awaiting(task: asyncio.Task) -> str:
+    """The chain of coroutines a task is suspended in, outermost first ('_guard:228 → _produce:512 → ...')."""
+    chain, coro = [], task.get_coro()
+    while coro is not None and getattr(coro, "cr_frame", None) is not None:
+        chain.append(f"{coro.cr_code.co_name}:{coro.cr_frame.f_lineno}")
+        coro = coro.cr_await
+    if coro is not None:
+        chain.append(type(coro).__name__)
+    return " → ".join(chain)
 
 
 class _TokenBucket:
@@ -97,6 +109,7 @@ class CallSession:
         self._last_event_s = deps.clock()
         self._input_done = False
         self._tasks: list[asyncio.Task] = []
+        self.cancelled_state = ""  # dump_state() at the moment the call was cancelled (client or deadline)
         self.ttfa_ms: list[float] = []
         self.tel = bind_call(session_id)  # telemetry: span, metrics, end-of-call log (service/telemetry)
 
@@ -106,8 +119,11 @@ class CallSession:
         """Send one event; a client that does not read within the stall timeout ends the call."""
         async with self._write_lock:
             try:
-                await asyncio.wait_for(self.context.write(event), timeout=self.limits.stall_timeout_s)
-            except asyncio.TimeoutError:
+                # NOTE: asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that lands as the write
+                # completes, and a task that outlives its call's teardown hangs the call (tests/service/test_call_teardown.py)
+                async with asyncio.timeout(self.limits.stall_timeout_s):
+                    await self.context.write(event)
+            except TimeoutError:
                 raise ClientStalled(
                     f"client did not read for {self.limits.stall_timeout_s:.0f} s; read the stream continuously"
                 ) from None
@@ -174,13 +190,29 @@ class CallSession:
         ]
         try:
             await self._fatal
+        except asyncio.CancelledError:
+            self.cancelled_state = self.dump_state()  # before the cleanup below: what the call was waiting on
+            raise
         finally:
-            for t in tasks:
-                t.cancel()
             self._sender.close()
             for turn in list(self.turns):
                 self._stop_streams(turn)
-            await asyncio.gather(*tasks, return_exceptions=True)
+            try:
+                await self._stop_tasks(tasks)
+            except asyncio.CancelledError:
+                self.cancelled_state = self.cancelled_state or self.dump_state()
+                raise
+
+    async def _stop_tasks(self, tasks: list[asyncio.Task]) -> None:
+        """Cancel the call's tasks and wait for every one to end; one that absorbed its cancel is cancelled again."""
+        pending = set(tasks)
+        while pending:
+            for task in pending:
+                task.cancel()
+            _, pending = await asyncio.wait(pending, timeout=_RECANCEL_S)
+            if pending:
+                log.warning("call %s: task(s) outlived a cancel; cancelling again\n%s", self.session_id,
+                            self.dump_state())
 
     def dump_state(self) -> str:
         """Everything a hung call is waiting on, as text: turns and their states, queues, frames, engine requests, tasks."""
@@ -198,16 +230,17 @@ class CallSession:
                          f"cleared_reply_pending={t.cleared_reply_pending} audio_frames={t.audio_frames} "
                          f"marks={len(t.marks)} engine_requests=[{streams}]")
         for task in self._tasks:
-            where = "; ".join(f"{f.f_code.co_name}:{f.f_lineno}" for f in task.get_stack())
-            lines.append(f"  task {task.get_name()}: {'done' if task.done() else 'waiting in ' + where}")
+            state = "done" if task.done() else f"cancel requested {task.cancelling()}x, waiting in {_awaiting(task)}"
+            lines.append(f"  task {task.get_name()}: {state}")
         return "\n".join(lines)
 
     async def _first_event(self, events: AsyncIterator[pb.ClientEvent]) -> pb.ClientEvent:
         try:
-            return await asyncio.wait_for(events.__anext__(), timeout=self.limits.idle_timeout_s)
+            async with asyncio.timeout(self.limits.idle_timeout_s):
+                return await events.__anext__()
         except StopAsyncIteration:
             raise InvalidArgument("the stream ended before the config message; send config first") from None
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise InvalidArgument(
                 f"no config message within {self.limits.idle_timeout_s:.0f} s; send config first"
             ) from None

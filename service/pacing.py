@@ -339,9 +339,10 @@ class PacedSender(Generic[T]):
         """Return once the pacer wants more audio (ahead of playback < max_ahead_ms) or is closed."""
         while not self.pacer.closed and not self.pacer.wants_more():
             self._room.clear()
-            try:
-                await asyncio.wait_for(self._room.wait(), timeout=self.pacer.frame_ms / 1000.0)
-            except asyncio.TimeoutError:
+            try:  # asyncio.timeout, not wait_for: wait_for (3.11) may swallow a cancel that lands with the wake-up
+                async with asyncio.timeout(self.pacer.frame_ms / 1000.0):
+                    await self._room.wait()
+            except TimeoutError:
                 pass
 
     async def run(self) -> None:
@@ -359,6 +360,7 @@ class PacedSender(Generic[T]):
             if action.kind is ActionKind.WAIT:
                 timeout = max(0.0, action.at_s - self.pacer.clock())
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
+            except TimeoutError:
                 pass

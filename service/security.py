@@ -252,7 +252,8 @@ async def before_refusal(request_iterator: Any, budget_s: float = _REFUSAL_WAIT_
     wait_s = budget_s  # for the first message; then only for writes already on their way
     try:
         while (left := end - loop.time()) > 0:
-            await asyncio.wait_for(it.__anext__(), timeout=min(left, wait_s))
+            async with asyncio.timeout(min(left, wait_s)):
+                await it.__anext__()
             wait_s = _NEXT_WRITE_WAIT_S
     except (TimeoutError, StopAsyncIteration, grpc.RpcError, DecodeError):
         pass

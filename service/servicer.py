@@ -23,6 +23,7 @@ from service.telemetry import traced_call
 
 log = logging.getLogger(__name__)
 _ids = itertools.count(1)
+_DEADLINE_SLACK_S = 0.5  # a cancel this close to the client's deadline is the deadline (the clocks differ slightly)
 
 
 def _session_id() -> str:
@@ -60,8 +61,8 @@ class TtsServicer(tts_pb2_grpc.TtsServicer):
             await session.run(events)
         except asyncio.CancelledError:
             remaining_s = context.time_remaining()
-            if remaining_s is not None and remaining_s <= 0:  # the client's deadline passed: say what it waited on
-                log.warning("call %s missed its deadline\n%s", session.session_id, session.dump_state())
+            if remaining_s is not None and remaining_s < _DEADLINE_SLACK_S:  # ran into its deadline: what it waited on
+                log.warning("call %s missed its deadline\n%s", session.session_id, session.cancelled_state or session.dump_state())
             else:
                 log.info("call %s cancelled by the client", session.session_id)
             raise
