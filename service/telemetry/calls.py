@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from service import figures
 from service.telemetry.metrics import NullMetrics
 from service.telemetry.tracing import (
     RPC_SERVICE,
@@ -24,7 +25,6 @@ log = logging.getLogger("service.telemetry.calls")
 
 MAX_LATE_EVENTS = 10  # chunk_late span events per call
 LATE_EVENT_S = 0.1  # a chunk later than this gets a span event
-LATE_CHUNK_S = 1e-3  # same rule as CallSession's late_chunks
 
 _current: ContextVar[CallTelemetry | None] = ContextVar("voxpool_call_telemetry", default=None)
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -82,6 +82,10 @@ def _wall_ns(mono_s: float | None, now_mono: float, now_ns: int) -> int | None:
     if mono_s is None:
         return None
     return now_ns - int((now_mono - mono_s) * 1e9)
+
+
+def _rounded(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 def _peer(peer: str) -> dict[str, Any]:
@@ -163,7 +167,7 @@ class SegmentTrace:
         self.chunks += 1
         self.audio_s += duration_s
         call = self.turn.call
-        if lateness_s > LATE_CHUNK_S:
+        if figures.is_late(lateness_s):
             self.late_chunks += 1
             call.max_lateness_s = max(call.max_lateness_s, lateness_s)
             if lateness_s > LATE_EVENT_S and self.turn.span is not None and call.late_events < MAX_LATE_EVENTS:
@@ -342,7 +346,6 @@ class CallTelemetry:
         tt.segments += 1
         self.segments += 1
         chars = len(segment.text)
-        self.text_chars += chars
         span = None
         if tt.span is not None:
             span = self._tracer.start_span("voxpool.segment", context=trace.set_span_in_context(tt.span),
@@ -350,6 +353,10 @@ class CallTelemetry:
         seg = SegmentTrace(tt, tt.segments, chars, span)
         tt.open_segments.add(seg)
         return seg
+
+    def text_received(self, chars: int) -> None:
+        """Text the call accepted into a turn (every character received, spoken or not)."""
+        self.text_chars += chars
 
     def turn_done(self, turn: Any) -> None:
         """Every frame of the turn was released (turn_done sent)."""
@@ -375,9 +382,8 @@ class CallTelemetry:
         for seg in list(tt.open_segments):
             seg.end("failed" if outcome == "failed" else "cancelled")
         frame_ms = self.frame_ms
-        ttfa_ms = None
-        if turn.first_audio_s is not None and turn.trigger_s is not None:
-            ttfa_ms = max(0.0, (turn.first_audio_s - turn.trigger_s) * 1000.0)
+        ttfa_ms = turn.ttfa_ms
+        if ttfa_ms is not None:
             if self.first_ttfa_ms is None:
                 self.first_ttfa_ms = ttfa_ms
             self.max_ttfa_ms = ttfa_ms if self.max_ttfa_ms is None else max(self.max_ttfa_ms, ttfa_ms)
@@ -394,7 +400,7 @@ class CallTelemetry:
         self.late_chunks += turn.late_chunks
         if turn.chunks:
             self.turns_with_chunks += 1
-            self.turns_on_time += turn.late_chunks == 0
+            self.turns_on_time += figures.fully_on_time(turn.chunks, turn.late_chunks, turn.underruns)
         self.synth_s += tt.synth_s
         self.synth_audio_s += tt.synth_audio_s
         self.metrics.turn_ended(outcome, None if ttfa_ms is None else ttfa_ms / 1000.0, rtf, audio_ms / 1000.0,
@@ -410,8 +416,9 @@ class CallTelemetry:
             "tts.silence_ms": silence_ms, "tts.chunks": turn.chunks, "tts.late_chunks": turn.late_chunks,
             "tts.segments": tt.segments, "tts.text_chars": len(turn.text),
         }
-        if turn.chunks:
-            attrs["tts.on_time_fraction"] = round(1.0 - turn.late_chunks / turn.chunks, 4)
+        on_time = figures.on_time_fraction(turn.chunks, turn.late_chunks, turn.underruns)
+        if on_time is not None:
+            attrs["tts.on_time_fraction"] = round(on_time, 4)
         if ttfa_ms is not None:
             attrs["tts.ttfa_ms"] = round(ttfa_ms, 2)
         if rtf is not None:
@@ -445,7 +452,7 @@ class CallTelemetry:
             audio_ms=self.audio_ms, silence_ms=self.silence_ms, dropped_audio_ms=self.dropped_ms,
             rtf=round(self.synth_s / self.synth_audio_s, 4) if self.synth_audio_s > 0 else None,
             underruns=self.underruns, chunks=self.chunks, late_chunks=self.late_chunks,
-            on_time_fraction=round(1.0 - self.late_chunks / self.chunks, 4) if self.chunks else None,
+            on_time_fraction=_rounded(figures.on_time_fraction(self.chunks, self.late_chunks, self.underruns)),
             turns_on_time_fraction=(round(self.turns_on_time / self.turns_with_chunks, 4)
                                     if self.turns_with_chunks else None),
             max_chunk_lateness_ms=round(self.max_lateness_s * 1000.0, 1),

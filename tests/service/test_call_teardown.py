@@ -15,7 +15,8 @@ from protos.voxpool.v1 import tts_pb2 as pb
 from service.call import CallDeps, CallSession
 from service.config import load_config
 from service.errors import InvalidArgument
-from service.pacing import PacedSender, Pacer
+from service.paced_sender import PacedSender
+from service.pacing import Pacer
 from service.session import VoiceEntry
 from tests.service.conftest import config_event, flush_event
 
