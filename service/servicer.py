@@ -17,6 +17,7 @@ from protos.voxpool.v1 import tts_pb2_grpc
 from service.admission import Admission
 from service.call import CallDeps, CallSession
 from service.errors import InvalidArgument, ServiceError, status_for
+from service.language import matches as language_matches
 from service.security import before_refusal, current_tenant
 from service.session import spans_from_proto
 from service.telemetry import traced_call
@@ -141,7 +142,7 @@ class TtsServicer(tts_pb2_grpc.TtsServicer):
     async def ListVoices(self, request: pb.ListVoicesRequest, context: grpc.aio.ServicerContext) -> pb.ListVoicesResponse:
         out = pb.ListVoicesResponse()
         for v in sorted(self.deps.voices.values(), key=lambda v: v.name):
-            if request.language and not v.language.lower().startswith(request.language.lower()):
+            if request.language and not language_matches(request.language, v.language):
                 continue
             out.voices.append(pb.Voice(name=v.name, language=v.language, sample_rate_hz=v.sample_rate_hz,
                                        license=v.license, description=v.description, is_default=v.is_default))
