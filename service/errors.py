@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import grpc
 
 
@@ -53,27 +55,71 @@ class Internal(ServiceError):
     code = grpc.StatusCode.INTERNAL
 
 
-def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """The gRPC status and client-facing message for any exception raised while serving a call (the one table)."""
+class TurnFailed(ServiceError):
+    """A turn-scoped failure: reported in-band (an Error event with `turn_error`), the call goes on."""
+
+    def __init__(self, message: str, *, turn_error: str, turn_id: str = "", retryable: bool = False):
+        super().__init__(message, turn_id=turn_id)
+        self.turn_error = turn_error  # the name of a voxpool.v1.Error.Code (SYNTHESIS_FAILED, ...)
+        self.retryable = retryable
+
+
+@dataclass(frozen=True)
+class _Row:
+    """How one error class ends a call: its status and message, and, for a turn-scoped one, its in-band code."""
+
+    cls: type[BaseException]
+    code: grpc.StatusCode
+    message: str | None  # None: the exception's own text (it was written for the client)
+    turn_error: str | None = None  # set: while a call runs, this error fails only the turn (Error.Code name)
+
+
+def _table() -> list[_Row]:
     from google.protobuf.message import DecodeError
 
     from engine import errors as eng
     from models.frontend.pipeline import FrontendError
 
+    return [
+        _Row(eng.EngineOverloaded, grpc.StatusCode.RESOURCE_EXHAUSTED, "the synthesis engine is full; resend the turn shortly",
+             "SYNTHESIS_FAILED"),
+        _Row(eng.EngineDead, grpc.StatusCode.UNAVAILABLE, "the synthesis engine stopped; retry on another server"),
+        _Row(eng.EngineStopped, grpc.StatusCode.UNAVAILABLE, "the server is shutting down; retry on another server"),
+        _Row(eng.ConsumerStalled, grpc.StatusCode.RESOURCE_EXHAUSTED, "the client stopped reading audio",
+             "SYNTHESIS_FAILED"),
+        _Row(eng.InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT, None, "NORMALIZATION_FAILED"),
+        _Row(eng.RequestFailed, grpc.StatusCode.INTERNAL, "synthesis failed for this turn", "SYNTHESIS_FAILED"),
+        _Row(eng.EngineError, grpc.StatusCode.INTERNAL, "synthesis failed for this turn", "SYNTHESIS_FAILED"),
+        _Row(FrontendError, grpc.StatusCode.INVALID_ARGUMENT, None),
+        # a client message that does not parse (corrupt wire bytes, invalid UTF-8 in a string field)
+        _Row(DecodeError, grpc.StatusCode.INVALID_ARGUMENT, "a message could not be parsed: send valid protobuf with UTF-8 text"),
+    ]
+
+
+def _row(exc: BaseException) -> _Row | None:
+    return next((row for row in _table() if isinstance(exc, row.cls)), None)
+
+
+def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status and client-facing message for any exception raised while serving a call (the one table)."""
     if isinstance(exc, ServiceError):
         return exc.code, exc.message
-    table: list[tuple[type[BaseException], grpc.StatusCode, str | None]] = [
-        (eng.EngineOverloaded, grpc.StatusCode.RESOURCE_EXHAUSTED, "the synthesis engine is full; retry shortly"),
-        (eng.EngineDead, grpc.StatusCode.UNAVAILABLE, "the synthesis engine stopped; retry on another server"),
-        (eng.EngineStopped, grpc.StatusCode.UNAVAILABLE, "the server is shutting down; retry on another server"),
-        (eng.ConsumerStalled, grpc.StatusCode.RESOURCE_EXHAUSTED, "the client stopped reading audio"),
-        (eng.InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT, None),
-        (eng.RequestFailed, grpc.StatusCode.INTERNAL, "synthesis failed for this segment"),
-        (FrontendError, grpc.StatusCode.INVALID_ARGUMENT, None),
-        # a client message that does not parse (corrupt wire bytes, invalid UTF-8 in a string field)
-        (DecodeError, grpc.StatusCode.INVALID_ARGUMENT, "a message could not be parsed: send valid protobuf with UTF-8 text"),
-    ]
-    for cls, code, message in table:
-        if isinstance(exc, cls):
-            return code, message if message is not None else str(exc)
-    return grpc.StatusCode.INTERNAL, "internal error"
+    row = _row(exc)
+    if row is None:
+        return grpc.StatusCode.INTERNAL, "internal error"
+    return row.code, row.message if row.message is not None else str(exc)
+
+
+def in_call(exc: BaseException, what: str = "") -> ServiceError:
+    """An engine error met while a call runs, as the ServiceError that the table says: TurnFailed (in-band) for
+    turn-scoped rows, else the call-ending status. `what` names the text concerned, for the client's message."""
+    row = _row(exc)
+    if row is None:
+        return Internal("internal error")
+    code, message = status_for(exc)
+    if row.turn_error is not None:
+        if row.message is None and what:
+            message = f"cannot synthesize {what}: {message}"
+        return TurnFailed(message, turn_error=row.turn_error)
+    by_code = {c.code: c for c in (InvalidArgument, Overloaded, Unavailable, SessionExpired, Internal)}
+    return by_code.get(code, Internal)(message)

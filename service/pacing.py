@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import enum
 import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Generic, TypeVar
+from typing import Any, Callable, Generic, TypeVar
 
 from service.errors import InvalidArgument
 
@@ -69,6 +68,7 @@ class Action(Generic[T]):
     seq: int = -1  # RELEASE/SILENCE: 0, 1, 2, ... over all frames sent
     pts_ms: int = -1  # RELEASE/SILENCE: start of the frame on the media clock
     at_s: float = 0.0  # RELEASE/SILENCE: the clock reading of the decision; WAIT: when to ask again
+    underrun_start: bool = False  # SILENCE: the first fill frame of a stall (one stall = one underrun)
 
 
 @dataclass(frozen=True)
@@ -230,8 +230,9 @@ class Pacer(Generic[T]):
 
     # ------------------------------------------------------------------ decisions
 
-    def _emit(self, kind: ActionKind, item: Any, now: float) -> Action:
-        action = Action(kind=kind, item=item, seq=self._next_seq, pts_ms=self._next_pts_ms, at_s=now)
+    def _emit(self, kind: ActionKind, item: Any, now: float, underrun_start: bool = False) -> Action:
+        action = Action(kind=kind, item=item, seq=self._next_seq, pts_ms=self._next_pts_ms, at_s=now,
+                        underrun_start=underrun_start)
         self._next_seq += 1
         self._next_pts_ms += self.frame_ms
         return action
@@ -291,74 +292,9 @@ class Pacer(Generic[T]):
         deadline_s = release_s + self._grace_s if self._lead_full else play_s - self._grace_s
         if now + _EPS_S < deadline_s:
             return Action(ActionKind.WAIT, at_s=deadline_s)
-        if not self._in_underrun:
+        starts = not self._in_underrun
+        if starts:
             self._underruns += 1
             self._in_underrun = True
         self._silences += 1
-        return self._emit(ActionKind.SILENCE, None, now)
-
-
-class PacedSender(Generic[T]):
-    """Runs a Pacer on the asyncio event loop: sends each released or silence frame through `send`.
-
-    The Converse handler pushes frames (`push`), awaits room before synthesizing more
-    (`wait_for_room`), calls `finish` at the end of a turn's audio and `clear` on barge-in, and runs
-    `run()` as a task for the life of the call; `close()` ends it.
-    """
-
-    def __init__(self, pacer: Pacer[T], send: Callable[[Action], Awaitable[None]]) -> None:
-        self.pacer = pacer
-        self._send = send
-        self._wake = asyncio.Event()  # something changed: re-ask the pacer
-        self._room = asyncio.Event()  # a frame left: look-ahead may have room again
-
-    def push(self, item: T) -> None:
-        """Queue one frame and wake the sender."""
-        self.pacer.push(item)
-        self._wake.set()
-
-    def finish(self) -> None:
-        """No more audio for now (end of a turn)."""
-        self.pacer.finish()
-        self._wake.set()
-
-    def clear(self) -> list[T]:
-        """Drop unreleased frames and return them; wakes the sender and any producer waiting for room."""
-        dropped = self.pacer.clear()
-        self._wake.set()
-        self._room.set()
-        return dropped
-
-    def close(self) -> None:
-        """Stop `run` (after the send in progress, if any)."""
-        self.pacer.close()
-        self._wake.set()
-        self._room.set()
-
-    async def wait_for_room(self) -> None:
-        """Return once the pacer wants more audio (ahead of playback < max_ahead_ms) or is closed."""
-        while not self.pacer.closed and not self.pacer.wants_more():
-            self._room.clear()
-            try:
-                await asyncio.wait_for(self._room.wait(), timeout=self.pacer.frame_ms / 1000.0)
-            except asyncio.TimeoutError:
-                pass
-
-    async def run(self) -> None:
-        """Release frames on the pacer's clock until `close`; exceptions from `send` propagate."""
-        while True:
-            self._wake.clear()
-            action = self.pacer.next_action()
-            if action.kind is ActionKind.CLOSED:
-                return
-            if action.kind in (ActionKind.RELEASE, ActionKind.SILENCE):
-                await self._send(action)
-                self._room.set()
-                continue
-            timeout = None
-            if action.kind is ActionKind.WAIT:
-                timeout = max(0.0, action.at_s - self.pacer.clock())
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
-            except asyncio.TimeoutError:
-                pass
+        return self._emit(ActionKind.SILENCE, None, now, underrun_start=starts)

@@ -30,6 +30,7 @@ from service.servicer import TtsServicer, voice_entries
 from service.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
+EXIT_DRAIN_CUT = 3  # serve()'s exit code when the drain's grace ran out with calls still in flight
 
 
 def server_options(cfg: ServiceConfig) -> list[tuple[str, int]]:
@@ -224,7 +225,8 @@ def engine_config(cfg: ServiceConfig, voices: tuple[str, ...] | None = None) -> 
 
 
 async def serve(cfg: ServiceConfig, backend: str = "engine") -> int:
-    """Run until SIGTERM/SIGINT, then drain; exit code 0 when every call finished in the grace period."""
+    """Run until SIGTERM/SIGINT, then drain; exit code 0 when every call finished in the grace period, else
+    EXIT_DRAIN_CUT (a rollout can tell a clean drain from one that cut calls)."""
     loop = asyncio.get_running_loop()
     extra = [n for n in cfg.engine.get("voices") or [] if n != cfg.voice.default]
     names = (cfg.voice.default, *extra)  # the default first
@@ -241,8 +243,11 @@ async def serve(cfg: ServiceConfig, backend: str = "engine") -> int:
     await stop.wait()
     log.info("signal received: draining")
     clean = await server.drain()
-    log.info("stopped (%s)", "all calls finished" if clean else "grace period ran out")
-    return 0
+    if clean:
+        log.info("stopped: all calls finished")
+        return 0
+    log.warning("stopped: the grace period ran out and calls were cut (exit %d)", EXIT_DRAIN_CUT)
+    return EXIT_DRAIN_CUT
 
 
 def run_server(cfg: ServiceConfig, backend: str = "engine") -> int:

@@ -17,12 +17,14 @@ from protos.voxpool.v1 import tts_pb2_grpc
 from service.admission import Admission
 from service.call import CallDeps, CallSession
 from service.errors import InvalidArgument, ServiceError, status_for
+from service.language import matches as language_matches
 from service.security import before_refusal, current_tenant
 from service.session import spans_from_proto
 from service.telemetry import traced_call
 
 log = logging.getLogger(__name__)
 _ids = itertools.count(1)
+_DEADLINE_SLACK_S = 0.5  # a cancel this close to the client's deadline is the deadline (the clocks differ slightly)
 
 
 def _session_id() -> str:
@@ -59,7 +61,11 @@ class TtsServicer(tts_pb2_grpc.TtsServicer):
         try:
             await session.run(events)
         except asyncio.CancelledError:
-            log.info("call %s cancelled by the client or its deadline", session.session_id)
+            remaining_s = context.time_remaining()
+            if remaining_s is not None and remaining_s < _DEADLINE_SLACK_S:  # ran into its deadline: what it waited on
+                log.warning("call %s missed its deadline\n%s", session.session_id, session.cancelled_state or session.dump_state())
+            else:
+                log.info("call %s cancelled by the client", session.session_id)
             raise
         except Exception as exc:  # every failure ends with a status from the one table
             code, _ = status_for(exc)
@@ -125,7 +131,7 @@ class TtsServicer(tts_pb2_grpc.TtsServicer):
     async def ListVoices(self, request: pb.ListVoicesRequest, context: grpc.aio.ServicerContext) -> pb.ListVoicesResponse:
         out = pb.ListVoicesResponse()
         for v in sorted(self.deps.voices.values(), key=lambda v: v.name):
-            if request.language and not v.language.lower().startswith(request.language.lower()):
+            if request.language and not language_matches(request.language, v.language):
                 continue
             out.voices.append(pb.Voice(name=v.name, language=v.language, sample_rate_hz=v.sample_rate_hz,
                                        license=v.license, description=v.description, is_default=v.is_default))

@@ -10,6 +10,7 @@ from protos.voxpool.v1 import tts_pb2 as pb
 from service.audio.framer import frame_bytes
 from service.config import ServiceConfig
 from service.errors import InvalidArgument
+from service.language import matches as language_matches
 
 ENCODINGS = {pb.AudioFormat.PCMU: "PCMU", pb.AudioFormat.PCMA: "PCMA", pb.AudioFormat.L16: "L16"}
 ENCODING_ENUM = {v: k for k, v in ENCODINGS.items()}
@@ -87,11 +88,6 @@ class SessionSettings:
         return cfg
 
 
-def _same_language(a: str, b: str) -> bool:
-    pa, pb_ = a.split("-")[0].lower(), b.split("-")[0].lower()
-    return pa == pb_ or {pa, pb_} <= {"zh", "cmn"}
-
-
 def negotiate(
     audio: pb.AudioFormat,
     pacing: pb.Pacing,
@@ -110,7 +106,7 @@ def negotiate(
     voice = voices.get(name)
     if voice is None:
         raise InvalidArgument(f"unknown voice {voice_name!r}; available voices: {', '.join(sorted(voices))}")
-    if language and voice.language and not _same_language(language, voice.language):
+    if language and voice.language and not language_matches(language, voice.language):
         raise InvalidArgument(f"voice {voice.name} speaks {voice.language}, not {language!r}; leave language empty")
     encoding = cfg.audio.encoding
     if audio.encoding:

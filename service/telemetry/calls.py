@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from service import figures
 from service.telemetry.metrics import NullMetrics
+from service.telemetry.segments import SegmentTrace, TurnTrace, never_raises, wall_ns
 from service.telemetry.tracing import (
     RPC_SERVICE,
     SERVER_ERROR_CODES,
@@ -22,32 +23,8 @@ from service.telemetry.tracing import (
 
 log = logging.getLogger("service.telemetry.calls")
 
-MAX_LATE_EVENTS = 10  # chunk_late span events per call
-LATE_EVENT_S = 0.1  # a chunk later than this gets a span event
-LATE_CHUNK_S = 1e-3  # same rule as CallSession's late_chunks
 
 _current: ContextVar[CallTelemetry | None] = ContextVar("voxpool_call_telemetry", default=None)
-_F = TypeVar("_F", bound=Callable[..., Any])
-_warned: set[str] = set()
-
-
-def _never_raises(default: Any = None) -> Callable[[_F], _F]:
-    """Telemetry must not fail a call: log the first exception of each hook, return `default`."""
-
-    def wrap(fn: _F) -> _F:
-        @functools.wraps(fn)
-        def run(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return fn(*args, **kwargs)
-            except Exception:
-                if fn.__qualname__ not in _warned:
-                    _warned.add(fn.__qualname__)
-                    log.exception("telemetry hook %s failed; ignored (logged once)", fn.__qualname__)
-                return default
-
-        return run  # type: ignore[return-value]
-
-    return wrap
 
 
 def current_call() -> CallTelemetry | None:
@@ -77,11 +54,8 @@ def outcome_for(code: str, admitted: bool) -> str:
     return "client_error"
 
 
-def _wall_ns(mono_s: float | None, now_mono: float, now_ns: int) -> int | None:
-    """A time.monotonic() reading as epoch nanoseconds (span timestamps)."""
-    if mono_s is None:
-        return None
-    return now_ns - int((now_mono - mono_s) * 1e9)
+def _rounded(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 def _peer(peer: str) -> dict[str, Any]:
@@ -94,158 +68,6 @@ def _peer(peer: str) -> dict[str, Any]:
         return {"network.peer.address": addr.strip("[]"), "network.peer.port": int(port)}
     except ValueError:
         return {}
-
-
-class SegmentTrace:
-    """One segment: frontend → engine submit → first chunk → last chunk (a child span of its turn when tracing)."""
-
-    __slots__ = (
-        "audio_s",
-        "chars",
-        "chunks",
-        "ended",
-        "finish",
-        "first_chunk_s",
-        "frontend_s",
-        "held_s",
-        "ids",
-        "index",
-        "last_chunk_s",
-        "late_chunks",
-        "queue_ms",
-        "span",
-        "started_s",
-        "submitted_s",
-        "turn",
-    )
-
-    def __init__(self, turn: TurnTrace, index: int, chars: int, span: Any):
-        self.turn = turn
-        self.index = index
-        self.chars = chars
-        self.span = span
-        self.started_s = time.monotonic()
-        self.frontend_s: float | None = None
-        self.submitted_s: float | None = None
-        self.first_chunk_s: float | None = None
-        self.last_chunk_s: float | None = None
-        self.held_s = 0.0
-        self.audio_s = 0.0
-        self.chunks = 0
-        self.late_chunks = 0
-        self.ids = 0
-        self.queue_ms: float | None = None
-        self.finish = ""
-        self.ended = False
-
-    def frontend_done(self, ids: int) -> None:
-        """Text → ids finished."""
-        self.frontend_s = time.monotonic()
-        self.ids = ids
-        if self.span is not None:
-            self.span.add_event("frontend_done", {"tts.segment.ids": ids})
-
-    def submitted(self, request_id: str) -> None:
-        """The engine took the request."""
-        self.submitted_s = time.monotonic()
-        if self.span is not None:
-            self.span.set_attribute("tts.engine.request_id", request_id)
-            self.span.add_event("submitted")
-
-    def chunk(self, lateness_s: float, duration_s: float) -> None:
-        """An engine chunk arrived; `lateness_s` = arrival − (first arrival + audio received before it)."""
-        now = time.monotonic()
-        if self.first_chunk_s is None:
-            self.first_chunk_s = now
-            if self.span is not None:
-                self.span.add_event("first_chunk")
-        self.last_chunk_s = now
-        self.chunks += 1
-        self.audio_s += duration_s
-        call = self.turn.call
-        if lateness_s > LATE_CHUNK_S:
-            self.late_chunks += 1
-            call.max_lateness_s = max(call.max_lateness_s, lateness_s)
-            if lateness_s > LATE_EVENT_S and self.turn.span is not None and call.late_events < MAX_LATE_EVENTS:
-                call.late_events += 1
-                self.turn.span.add_event("chunk_late", {"tts.lateness_ms": round(lateness_s * 1000.0, 1),
-                                                        "tts.segment.index": self.index})
-        call.metrics.chunk(lateness_s, call.exemplar)
-
-    def held(self, seconds: float) -> None:
-        """The call held the stream back this long (pacing look-ahead full): not synthesis time."""
-        self.held_s += seconds
-
-    @_never_raises()
-    def finished(self, event: Any) -> None:
-        """The engine's Finished event (reason, timings)."""
-        timings = getattr(event, "timings", None)
-        self.finish = str(getattr(getattr(event, "reason", None), "value", ""))
-        if timings is not None:
-            self.queue_ms = timings.queue_ms
-        if self.span is not None:
-            attrs: dict[str, Any] = {"tts.engine.finish": self.finish}
-            if timings is not None:
-                if timings.queue_ms is not None:
-                    attrs["tts.engine.queue_ms"] = round(timings.queue_ms, 2)
-                if timings.ttfa_ms is not None:
-                    attrs["tts.engine.ttfa_ms"] = round(timings.ttfa_ms, 2)
-                attrs["tts.engine.decoder_steps"] = timings.decoder_steps
-            self.span.set_attributes(attrs)
-
-    @property
-    def synth_s(self) -> float:
-        """Submit → last chunk, minus the time the call held the stream back."""
-        if self.submitted_s is None or self.last_chunk_s is None:
-            return 0.0
-        return max(0.0, self.last_chunk_s - self.submitted_s - self.held_s)
-
-    @_never_raises()
-    def end(self, outcome: str = "") -> None:
-        """Close the segment (idempotent); outcome completed | cancelled | skipped | failed."""
-        if self.ended:
-            return
-        self.ended = True
-        if not outcome:  # the engine's finish reason; no Finished event: cut short by the turn's end, or an error
-            outcome = self.finish or ("failed" if self.turn.turn.active else "cancelled")
-        turn = self.turn
-        turn.synth_s += self.synth_s
-        turn.synth_audio_s += self.audio_s
-        turn.open_segments.discard(self)
-        if self.span is None:
-            return
-        attrs: dict[str, Any] = {
-            "tts.segment.outcome": outcome, "tts.segment.chunks": self.chunks,
-            "tts.segment.late_chunks": self.late_chunks, "tts.segment.audio_ms": round(self.audio_s * 1000.0, 1),
-        }
-        if self.frontend_s is not None:
-            attrs["tts.segment.frontend_ms"] = round((self.frontend_s - self.started_s) * 1000.0, 2)
-        if self.submitted_s is not None and self.first_chunk_s is not None:
-            attrs["tts.segment.first_chunk_ms"] = round((self.first_chunk_s - self.submitted_s) * 1000.0, 2)
-        if self.last_chunk_s is not None:
-            self.span.add_event("last_chunk", timestamp=_wall_ns(self.last_chunk_s, time.monotonic(), time.time_ns()))
-        if self.audio_s > 0:
-            attrs["tts.segment.rtf"] = round(self.synth_s / self.audio_s, 4)
-        self.span.set_attributes(attrs)
-        if outcome == "failed":
-            self.span.set_status(Status(StatusCode.ERROR, "segment failed"))
-        self.span.end()
-
-
-class TurnTrace:
-    """One turn's span and synthesis totals (the Turn object itself holds the playout counts)."""
-
-    __slots__ = ("active", "call", "open_segments", "segments", "span", "synth_audio_s", "synth_s", "turn")
-
-    def __init__(self, call: CallTelemetry, turn: Any, span: Any):
-        self.call = call
-        self.turn = turn
-        self.span = span
-        self.segments = 0
-        self.open_segments: set[SegmentTrace] = set()
-        self.synth_s = 0.0
-        self.synth_audio_s = 0.0
-        self.active = True
 
 
 class CallTelemetry:
@@ -306,7 +128,7 @@ class CallTelemetry:
         if self.span is not None:
             self.span.set_attribute("voxpool.session_id", session_id)
 
-    @_never_raises()
+    @never_raises()
     def configured(self, settings: Any) -> None:
         """The negotiated session settings (service.session.SessionSettings)."""
         self.settings = settings
@@ -329,7 +151,7 @@ class CallTelemetry:
             span = None
             if self._tracer is not None:
                 now_mono, now_ns = time.monotonic(), time.time_ns()
-                start = _wall_ns(getattr(turn, "trigger_s", None), now_mono, now_ns)
+                start = wall_ns(getattr(turn, "trigger_s", None), now_mono, now_ns)
                 span = self._tracer.start_span("voxpool.turn", context=self._ctx,
                                                attributes={"tts.turn_id": turn.turn_id}, start_time=start)
             tt = TurnTrace(self, turn, span)
@@ -342,7 +164,6 @@ class CallTelemetry:
         tt.segments += 1
         self.segments += 1
         chars = len(segment.text)
-        self.text_chars += chars
         span = None
         if tt.span is not None:
             span = self._tracer.start_span("voxpool.segment", context=trace.set_span_in_context(tt.span),
@@ -350,6 +171,10 @@ class CallTelemetry:
         seg = SegmentTrace(tt, tt.segments, chars, span)
         tt.open_segments.add(seg)
         return seg
+
+    def text_received(self, chars: int) -> None:
+        """Text the call accepted into a turn (every character received, spoken or not)."""
+        self.text_chars += chars
 
     def turn_done(self, turn: Any) -> None:
         """Every frame of the turn was released (turn_done sent)."""
@@ -363,7 +188,7 @@ class CallTelemetry:
         """An in-band error ended the turn."""
         self._end_turn(turn, "failed", message)
 
-    @_never_raises()
+    @never_raises()
     def _end_turn(self, turn: Any, outcome: str, message: str = "") -> None:
         tt = self._turns.pop(id(turn), None)
         if tt is None or tt.turn is not turn:
@@ -375,9 +200,8 @@ class CallTelemetry:
         for seg in list(tt.open_segments):
             seg.end("failed" if outcome == "failed" else "cancelled")
         frame_ms = self.frame_ms
-        ttfa_ms = None
-        if turn.first_audio_s is not None and turn.trigger_s is not None:
-            ttfa_ms = max(0.0, (turn.first_audio_s - turn.trigger_s) * 1000.0)
+        ttfa_ms = turn.ttfa_ms
+        if ttfa_ms is not None:
             if self.first_ttfa_ms is None:
                 self.first_ttfa_ms = ttfa_ms
             self.max_ttfa_ms = ttfa_ms if self.max_ttfa_ms is None else max(self.max_ttfa_ms, ttfa_ms)
@@ -394,7 +218,7 @@ class CallTelemetry:
         self.late_chunks += turn.late_chunks
         if turn.chunks:
             self.turns_with_chunks += 1
-            self.turns_on_time += turn.late_chunks == 0
+            self.turns_on_time += figures.fully_on_time(turn.chunks, turn.late_chunks, turn.underruns)
         self.synth_s += tt.synth_s
         self.synth_audio_s += tt.synth_audio_s
         self.metrics.turn_ended(outcome, None if ttfa_ms is None else ttfa_ms / 1000.0, rtf, audio_ms / 1000.0,
@@ -404,14 +228,15 @@ class CallTelemetry:
             return
         now_mono, now_ns = time.monotonic(), time.time_ns()
         if turn.first_audio_s is not None:
-            span.add_event("first_audio", timestamp=_wall_ns(turn.first_audio_s, now_mono, now_ns))
+            span.add_event("first_audio", timestamp=wall_ns(turn.first_audio_s, now_mono, now_ns))
         attrs: dict[str, Any] = {
             "tts.turn.outcome": outcome, "tts.audio_ms": audio_ms, "tts.underruns": turn.underruns,
             "tts.silence_ms": silence_ms, "tts.chunks": turn.chunks, "tts.late_chunks": turn.late_chunks,
             "tts.segments": tt.segments, "tts.text_chars": len(turn.text),
         }
-        if turn.chunks:
-            attrs["tts.on_time_fraction"] = round(1.0 - turn.late_chunks / turn.chunks, 4)
+        on_time = figures.on_time_fraction(turn.chunks, turn.late_chunks, turn.underruns)
+        if on_time is not None:
+            attrs["tts.on_time_fraction"] = round(on_time, 4)
         if ttfa_ms is not None:
             attrs["tts.ttfa_ms"] = round(ttfa_ms, 2)
         if rtf is not None:
@@ -445,7 +270,7 @@ class CallTelemetry:
             audio_ms=self.audio_ms, silence_ms=self.silence_ms, dropped_audio_ms=self.dropped_ms,
             rtf=round(self.synth_s / self.synth_audio_s, 4) if self.synth_audio_s > 0 else None,
             underruns=self.underruns, chunks=self.chunks, late_chunks=self.late_chunks,
-            on_time_fraction=round(1.0 - self.late_chunks / self.chunks, 4) if self.chunks else None,
+            on_time_fraction=_rounded(figures.on_time_fraction(self.chunks, self.late_chunks, self.underruns)),
             turns_on_time_fraction=(round(self.turns_on_time / self.turns_with_chunks, 4)
                                     if self.turns_with_chunks else None),
             max_chunk_lateness_ms=round(self.max_lateness_s * 1000.0, 1),
@@ -453,7 +278,7 @@ class CallTelemetry:
         )
         return out
 
-    @_never_raises(default={})
+    @never_raises(default={})
     def end(self, code: str, error: BaseException | None = None) -> dict[str, Any]:
         """Record the call once: metrics, span (status, attributes), the end-of-call log line; returns the figures."""
         if self.ended:

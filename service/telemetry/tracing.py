@@ -77,7 +77,7 @@ def provider_from_env(environ: Mapping[str, str] | None = None) -> Any | None:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
-    from service.call import VERSION
+    from service.version import VERSION
 
     resource = Resource.create({"service.version": VERSION})
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):

@@ -74,7 +74,7 @@ def test_format_has_one_line_per_character(fe: MandarinFrontend) -> None:
 
 
 def test_cli_explain_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
-    from service.cli import main
+    from voxpool_cli.commands import main
 
     assert main(["normalize", "--explain", "您得先还款。"]) == 0
     out = capsys.readouterr().out

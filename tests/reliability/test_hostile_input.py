@@ -1,6 +1,7 @@
 """Hostile input: fuzzed Converse event orders and texts (hypothesis), huge and split deltas, control characters,
 emoji, right-to-left text, floods of marks and clears, invalid UTF-8 and corrupt messages. Every call completes or
-ends with a defined status, the server never crashes, and a REALTIME canary call stays on time throughout."""
+ends with a defined status, the server never crashes, and a REALTIME canary call beside them keeps completing (its
+on-time check is a timing check: tests/load/test_hostile_canary.py)."""
 
 from __future__ import annotations
 
@@ -142,16 +143,14 @@ class Canary:
         self.resume()
         self._thread.join(CALL_TIMEOUT_S)
 
-    def check_since(self, t0: float) -> None:
-        """Every canary call that ended after t0 completed, with >= 99 % of its chunks on time."""
+    def completed_since(self, t0: float) -> list[tuple[float, int, int, str]]:
+        """The canary calls that ended after t0 (waits for one); asserts every one of them completed OK."""
         deadline = time.monotonic() + CALL_TIMEOUT_S
         while not any(t > t0 for t, *_ in self.results) and time.monotonic() < deadline:
             time.sleep(0.05)  # at least one canary call overlapped the test
         window = [r for r in self.results if r[0] > t0]
         assert window and all(code == "OK" for *_, code in window), window
-        counted = sum(c for _, c, _, _ in window)
-        late = sum(n for _, _, n, _ in window)
-        assert counted and late / counted <= 0.01, f"canary: {late} of {counted} chunks late"
+        return window
 
 
 @pytest.fixture(scope="module")
@@ -164,11 +163,11 @@ def hostile():
 
 @pytest.fixture
 def checked(hostile):
-    """Per test: the server is idle and serving afterwards, and the canary stayed on time meanwhile."""
+    """Per test: the server is idle and serving afterwards, and the canary's calls meanwhile all completed."""
     srv, canary, stub, ch = hostile
     t0 = time.monotonic()
     yield stub, ch, srv
-    canary.check_since(t0)
+    canary.completed_since(t0)
     canary.pause()
     try:
         idle = srv.wait_idle()

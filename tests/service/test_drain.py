@@ -1,7 +1,8 @@
 """SIGTERM with calls in flight, on a real `voxpool serve` process: NOT_SERVING, new calls UNAVAILABLE,
-in-flight calls finish, exit 0."""
+in-flight calls finish, exit 0; a drain whose grace runs out cuts the calls and exits non-zero."""
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import grpc
 import pytest
@@ -51,14 +53,26 @@ async def wait_serving(port: int, proc: subprocess.Popen, timeout_s: float = 60.
     raise AssertionError("server did not become ready")
 
 
-async def test_sigterm_drains_calls_in_flight(tiny_voice_dir, tmp_path):
+@contextlib.contextmanager
+def served(voice_dir: Path, tmp_path: Path, grace_s: float) -> Iterator[tuple[subprocess.Popen, int]]:
+    """A `voxpool serve` process on a free port with the given drain grace; killed (and its output shown) after."""
     port = free_port()
-    env = {**os.environ, "VOXPOOL_CACHE": str(tmp_path / "cache"), "VOXPOOL__SERVER__DRAIN_GRACE_S": "30"}
+    env = {**os.environ, "VOXPOOL_CACHE": str(tmp_path / "cache"), "VOXPOOL__SERVER__DRAIN_GRACE_S": str(grace_s)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--voice", str(tiny_voice_dir), "--port", str(port)],
+        [sys.executable, "-m", "service.cli", "serve", "--voice", str(voice_dir), "--port", str(port)],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
+        yield proc, port
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        out = proc.stdout.read() if proc.stdout else ""
+        print(out[-3000:])
+
+
+async def test_sigterm_drains_calls_in_flight(tiny_voice_dir, tmp_path):
+    with served(tiny_voice_dir, tmp_path, grace_s=30) as (proc, port):
         await wait_serving(port, proc)
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
             stub = tts_pb2_grpc.TtsStub(ch)
@@ -83,8 +97,27 @@ async def test_sigterm_drains_calls_in_flight(tiny_voice_dir, tmp_path):
             done = [e.turn_done for e in events if e.HasField("turn_done")]
             assert len(done) == 1 and done[0].audio_ms >= 2900  # 2 segments × 60 steps × 25 ms
         assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        out = proc.stdout.read() if proc.stdout else ""
-        print(out[-3000:])
+
+
+async def test_sigterm_past_the_grace_cuts_calls_and_exits_non_zero(tiny_voice_dir, tmp_path):
+    from service.server import EXIT_DRAIN_CUT
+
+    with served(tiny_voice_dir, tmp_path, grace_s=0.2) as (proc, port):
+        await wait_serving(port, proc)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = tts_pb2_grpc.TtsStub(ch)
+            text = "这是一通很长的电话。" * 6  # seconds of REALTIME audio: far more than the 0.2 s grace
+            call = stub.Converse(iter([config_event(pacing=pb.Pacing.REALTIME), text_event(text), end_event()]))
+            first_audio = asyncio.get_running_loop().create_future()
+
+            async def read():
+                async for ev in call:
+                    if ev.HasField("audio") and not first_audio.done():
+                        first_audio.set_result(None)
+
+            reading = asyncio.create_task(read())
+            await asyncio.wait_for(first_audio, timeout=30)  # the call is in flight
+            proc.send_signal(signal.SIGTERM)
+            with pytest.raises(grpc.aio.AioRpcError):
+                await asyncio.wait_for(reading, timeout=30)  # cut
+        assert proc.wait(timeout=30) == EXIT_DRAIN_CUT != 0

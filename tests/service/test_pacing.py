@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from service.errors import InvalidArgument
+from service.paced_sender import PacedSender
 from service.pacing import (
     Action,
     ActionKind,
-    PacedSender,
     Pacer,
     PacerClosed,
     PacingConfigError,

@@ -1,6 +1,6 @@
 """Telemetry overhead on the engine benchmark: the same closed-loop load with tracing + metrics + logs off and on.
 
-    python -m service.telemetry.overhead --voice baker-zh --weights fp32 --concurrency 4 --rounds 4
+    python -m voxpool_cli.telemetry_overhead --voice baker-zh --weights fp32 --concurrency 4 --rounds 4
 
 "off" is engine.bench's load as is. "on" adds what a server with tracing and metrics does: the engine's
 iteration observer (histograms), one CallTelemetry per request (server span with a turn and a segment child
@@ -220,7 +220,7 @@ def _spread(values: list[float]) -> dict[str, float]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point."""
-    p = argparse.ArgumentParser(prog="python -m service.telemetry.overhead", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m voxpool_cli.telemetry_overhead", description=__doc__.splitlines()[0])
     p.add_argument("--voice", default="baker-zh")
     p.add_argument("--weights", default="fp32", help="fp32 | int8 | bf16")
     p.add_argument("--device", default="cpu")
@@ -286,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           + ", ".join(f"{a['engine_thread_pct_of_busy']:.3f}" for a in accounted) + " % of busy; all "
           + ", ".join(f"{a['total_pct_of_wall']:.3f}" for a in accounted) + " % of wall")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    report = {"command": " ".join(["python -m service.telemetry.overhead", *(argv if argv is not None else sys.argv[1:])]),
+    report = {"command": " ".join(["python -m voxpool_cli.telemetry_overhead", *(argv if argv is not None else sys.argv[1:])]),
               "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine_info(),
               "engine_config": config.to_dict(), "runs": rows, "summary": result}
     args.out.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")

@@ -1,0 +1,142 @@
+"""The call's way in: client events after config, rate-limited and checked, turned into turn transitions."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, AsyncIterator, Callable
+
+from protos.voxpool.v1 import tts_pb2 as pb
+from service.call.turn import TurnState, Turns
+from service.config import LimitsConfig
+from service.errors import InvalidArgument
+from service.session import spans_from_proto
+
+if TYPE_CHECKING:
+    from service.call.outbox import Outbox
+    from service.call.release import Release
+
+
+class TokenBucket:
+    """Control-message rate limit: `rate_per_s` sustained, bursts of twice that."""
+
+    def __init__(self, rate_per_s: float, clock: Callable[[], float]):
+        self.rate = rate_per_s
+        self.capacity = 2.0 * rate_per_s
+        self.tokens = self.capacity
+        self.clock = clock
+        self.last = clock()
+
+    def take(self) -> bool:
+        now = self.clock()
+        self.tokens = min(self.capacity, self.tokens + (now - self.last) * self.rate)
+        self.last = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+class CallInput:
+    """Reads the client's events (text, flush, mark, clear, end) and applies each to the call's turns."""
+
+    def __init__(self, turns: Turns, outbox: "Outbox", release: "Release", limits: LimitsConfig, max_delta_chars: int,
+                 clock: Callable[[], float], telemetry: object):
+        self.turns = turns
+        self.outbox = outbox
+        self.release = release
+        self.limits = limits
+        self.max_delta_chars = max_delta_chars
+        self.clock = clock
+        self.tel = telemetry
+        self.control = TokenBucket(limits.max_control_per_s, clock)
+        self.last_event_s = clock()
+        self.done = False  # `end` received, or the stream closed
+
+    async def run(self, events: AsyncIterator[pb.ClientEvent]) -> None:
+        """Until `end` or the end of the stream; InvalidArgument ends the call."""
+        async for event in events:
+            self.last_event_s = self.clock()
+            kind = event.WhichOneof("event")
+            if kind == "text":
+                await self.on_text(event.text)
+            elif kind in ("flush", "mark", "clear"):
+                if not self.control.take():
+                    raise InvalidArgument(
+                        f"too many control messages: at most {self.limits.max_control_per_s:g} flush/mark/clear "
+                        "per second (bursts of twice that)"
+                    )
+                await getattr(self, f"on_{kind}")(getattr(event, kind))
+            elif kind == "end":
+                break
+            elif kind == "config":
+                raise InvalidArgument("config may only be the first message of the stream")
+            else:
+                raise InvalidArgument("empty ClientEvent: set one of config, text, flush, mark, clear, end")
+        self.done = True
+        self.turns.end_input()
+
+    async def on_text(self, delta: pb.TextDelta) -> None:
+        text = delta.text
+        if not text:
+            return
+        if len(text) > self.max_delta_chars:
+            await self.outbox.error(pb.Error.TEXT_TOO_LONG,
+                                    f"text delta of {len(text)} characters is over the limit of {self.max_delta_chars}; "
+                                    "send it in smaller pieces", delta.turn_id)
+            return
+        if self.turns.queued_chars() + len(text) > self.limits.max_buffered_chars:
+            await self.outbox.error(pb.Error.TEXT_TOO_LONG,
+                                    f"more than {self.limits.max_buffered_chars} characters waiting to be spoken; "
+                                    "wait for audio before sending more text", delta.turn_id, retryable=True)
+            return
+        turn = self.turns.find(delta.turn_id) if delta.turn_id else self.turns.open_turn()
+        if turn is not None and turn.state is not TurnState.OPEN:
+            await self.outbox.error(pb.Error.UNKNOWN_TURN,
+                                    f"turn {turn.turn_id!r} is already complete ({turn.state.value}); use a new turn_id",
+                                    turn.turn_id)
+            return
+        try:
+            spans = spans_from_proto(delta.spans, len(text), offset=len(turn.text) if turn else 0)
+        except InvalidArgument as exc:
+            await self.outbox.error(pb.Error.INVALID_SPAN, f"{exc.message}; the spans of this delta were ignored",
+                                    delta.turn_id)
+            spans = []
+        if turn is None:
+            turn = self.turns.new(delta.turn_id)
+        turn.append(text, spans, self.clock())
+        self.tel.text_received(len(text))  # telemetry
+
+    async def on_flush(self, msg: pb.Flush) -> None:
+        turn = self.turns.find(msg.turn_id) if msg.turn_id else self.turns.open_turn()
+        if turn is None:
+            if msg.turn_id:
+                await self.outbox.error(pb.Error.UNKNOWN_TURN, f"flush: no turn {msg.turn_id!r}", msg.turn_id)
+            return
+        turn.complete(self.clock())
+
+    async def on_mark(self, msg: pb.Mark) -> None:
+        turn = self.turns.find(msg.turn_id) if msg.turn_id else self.turns.open_turn()
+        if turn is None and not msg.turn_id:
+            turn = self.turns.new("")
+        if turn is None or not turn.active:
+            await self.outbox.error(pb.Error.UNKNOWN_TURN, f"mark {msg.name!r}: no active turn {msg.turn_id!r}",
+                                    msg.turn_id)
+            return
+        if len(turn.marks) >= self.limits.max_marks_per_turn:
+            await self.outbox.error(pb.Error.TOO_MANY_MARKS,
+                                    f"more than {self.limits.max_marks_per_turn} pending marks in turn {turn.turn_id}",
+                                    turn.turn_id)
+            return
+        turn.marks.append((len(turn.text), msg.name))
+
+    async def on_clear(self, msg: pb.Clear) -> None:
+        if msg.turn_id:
+            turn = self.turns.find(msg.turn_id)
+            if turn is None:
+                await self.outbox.error(pb.Error.UNKNOWN_TURN, f"clear: no turn {msg.turn_id!r}", msg.turn_id)
+                return
+            targets = [turn] if turn.active else []
+        else:
+            targets = [t for t in self.turns.live if t.active]
+        cleared = [t for t in targets if t.clear()]
+        if cleared:
+            await self.release.barge_in(cleared)

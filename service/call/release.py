@@ -1,0 +1,156 @@
+"""Release: frames leave on the pacer's clock; marks, turn_done, barge-in (fade-out, cleared, heard text)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from protos.voxpool.v1 import tts_pb2 as pb
+from service.audio.fade import fade_out_payload
+from service.audio.framer import silence_frame
+from service.call.audio_out import OutFrame
+from service.call.turn import Turn, Turns
+from service.paced_sender import PacedSender
+from service.pacing import Action, ActionKind
+from service.session import SessionSettings
+
+if TYPE_CHECKING:
+    from service.call.outbox import Outbox
+
+
+class Release:
+    """Owns the call's PacedSender: every frame pushed, released or dropped is accounted to its turn here."""
+
+    def __init__(self, settings: SessionSettings, turns: Turns, outbox: "Outbox", clock: Callable[[], float],
+                 telemetry: object):
+        self.s = settings
+        self.turns = turns
+        self.outbox = outbox
+        self.clock = clock
+        self.tel = telemetry
+        self.sender: PacedSender | None = None  # set by the call once its pacer exists
+        self.playing: Turn | None = None  # the turn whose audio went out last
+
+    @property
+    def queued_frames(self) -> int:
+        return self.sender.pacer.queued_frames if self.sender is not None else 0
+
+    # ------------------------------------------------------------------ in (from the producer)
+
+    def push(self, frame: OutFrame) -> None:
+        frame.turn.frame_queued()
+        self.sender.push(frame)
+
+    async def wait_for_room(self) -> None:
+        """Until the pacer wants more audio (back-pressure on synthesis)."""
+        await self.sender.wait_for_room()
+
+    def idle_unless_queued(self, produced: Turn) -> None:
+        """`produced` has pushed its last frame: unless another turn has segments queued, the pacer goes idle after
+        the frames it holds (no silence fill between turns)."""
+        if not any(t.active and t is not produced and t.segments.qsize() for t in self.turns.live):
+            self.sender.finish()
+
+    async def last_frame_pushed(self, turn: Turn, last: OutFrame | None) -> None:
+        """The producer pushed every frame of `turn`: the release of `last` ends the turn, or now if none waits."""
+        if last is not None and turn.pending_frames > 0:
+            last.last = True
+            last.text_pos = len(turn.text)
+        else:
+            await self.turn_done(turn)
+
+    def drop_turn(self, turn: Turn) -> None:
+        """A failed turn: drop its unreleased frames, keep the others."""
+        for frame in self.sender.clear():
+            if frame.turn is not turn:
+                self.sender.push(frame)
+        self.forget(turn)
+        self.sender.finish()
+
+    # ------------------------------------------------------------------ barge-in (from the input)
+
+    async def barge_in(self, cleared: list[Turn]) -> None:
+        """Drop the unreleased frames of the cleared turns, ending each with one short fade-out frame (its release
+        sends `cleared`), or send `cleared` now for a turn with nothing to fade."""
+        keep: list[OutFrame] = []
+        faded: set[int] = set()
+        for frame in self.sender.clear():
+            turn = frame.turn
+            if turn.active:
+                keep.append(frame)
+                continue
+            fade = (id(turn) not in faded and not frame.silence and turn.audio_frames > 0 and self.s.fade_ms > 0)
+            turn.frame_dropped(counted=not fade)
+            if fade:  # one short fade-out frame instead of a hard cut
+                faded.add(id(turn))
+                payload = fade_out_payload(frame.payload, self.s.encoding, self.s.sample_rate_hz, self.s.fade_ms)
+                keep.insert(0, OutFrame(payload, turn, turn.released_pos, fade_out=True))
+                turn.frame_queued()
+                turn.cleared_reply_pending = True
+        for frame in keep:
+            self.sender.push(frame)
+        if keep and not self.turns.any_active():
+            self.sender.finish()
+        for turn in cleared:
+            if not turn.cleared_reply_pending:
+                await self._send_cleared(turn)
+
+    async def _send_cleared(self, turn: Turn) -> None:
+        self.tel.turn_cleared(turn)  # telemetry
+        await self.outbox.write(pb.ServerEvent(cleared=pb.Cleared(
+            turn_id=turn.turn_id, last_pts_ms=turn.last_pts_end_ms, text_spoken=turn.text[: turn.released_pos],
+            text_remaining=turn.text[turn.released_pos:], dropped_audio_ms=turn.dropped_frames * self.s.frame_ms,
+        )))
+        self.forget(turn)
+
+    def forget(self, turn: Turn) -> None:
+        self.turns.forget(turn)
+        if self.playing is turn:
+            self.playing = None
+
+    # ------------------------------------------------------------------ out (the PacedSender's callback)
+
+    async def send(self, action: Action) -> None:
+        """Send the frame the pacer released (or an underrun fill), then what its release makes due."""
+        s = self.s
+        end_ms = action.pts_ms + s.frame_ms
+        if action.kind is ActionKind.SILENCE:
+            turn = self.playing
+            if turn is not None:
+                turn.fill_released(end_ms, action.underrun_start)
+            await self.outbox.write(pb.ServerEvent(audio=pb.AudioFrame(
+                payload=silence_frame(s.sample_rate_hz, s.frame_ms, s.encoding), seq=action.seq,
+                pts_ms=action.pts_ms, duration_ms=s.frame_ms, turn_id=turn.turn_id if turn else "", silence=True,
+            )))
+            return
+        frame: OutFrame = action.item
+        turn = frame.turn
+        self.playing = turn
+        # NOTE: account for the frame before awaiting the write: the producer may decide the turn is done
+        # (no frame pending) while this write is in progress.
+        turn.frame_released(end_ms, frame.text_pos, speech=not frame.silence, now=self.clock(), fade_out=frame.fade_out)
+        await self.outbox.write(pb.ServerEvent(audio=pb.AudioFrame(
+            payload=frame.payload, seq=action.seq, pts_ms=action.pts_ms, duration_ms=s.frame_ms,
+            turn_id=turn.turn_id, silence=frame.silence,
+        )))
+        if frame.fade_out:
+            await self._send_cleared(turn)
+            return
+        for name in turn.due_marks(None if frame.last else turn.released_pos):
+            await self.outbox.write(pb.ServerEvent(mark_reached=pb.MarkReached(name=name, turn_id=turn.turn_id,
+                                                                               pts_ms=end_ms)))
+        if frame.last:
+            await self.turn_done(turn)
+
+    async def turn_done(self, turn: Turn) -> None:
+        """Every frame of the turn went out: the marks left, then turn_done with its figures."""
+        if not turn.finish():
+            return
+        for name in turn.due_marks(None):
+            await self.outbox.write(pb.ServerEvent(mark_reached=pb.MarkReached(
+                name=name, turn_id=turn.turn_id, pts_ms=turn.last_pts_end_ms)))
+        self.tel.turn_done(turn)  # telemetry
+        await self.outbox.write(pb.ServerEvent(turn_done=pb.TurnDone(
+            turn_id=turn.turn_id, ttfa_ms=int(round(turn.ttfa_ms or 0.0)), audio_ms=turn.audio_frames * self.s.frame_ms,
+            underruns=turn.underruns, late_chunks=turn.late_chunks, chunks=turn.chunks,
+        )))
+        self.forget(turn)

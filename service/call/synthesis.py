@@ -1,0 +1,128 @@
+"""Synthesis of one segment: frontend (off the loop) → engine request → audio chunks with the text they cover."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Callable
+
+import numpy as np
+
+from engine.errors import EngineError
+from engine.request import AudioChunk, SynthesisRequest
+from models.frontend.normalize import NormalizeOptions
+from models.frontend.pipeline import FrontendError, FrontendOptions, MandarinFrontend
+from models.frontend.segmenter import Segment
+from service import figures
+from service.call.outbox import Outbox
+from service.call.turn import Turn
+from service.errors import in_call
+from service.session import SessionSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CallDeps:
+    """What every call shares: the engine, the frontend, a thread pool for it, the voices and the config."""
+
+    engine: Any  # engine.async_engine.AsyncEngine
+    frontend: MandarinFrontend
+    executor: Executor
+    voices: Any  # Mapping[str, service.session.VoiceEntry]
+    cfg: Any  # service.config.ServiceConfig
+    clock: Callable[[], float] = field(default=None)  # type: ignore[assignment]
+    telemetry: Any = None  # service.telemetry.Telemetry; None = no spans, metrics or end-of-call log
+    _frontends: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.clock is None:
+            import time
+
+            self.clock = time.monotonic
+
+    def frontend_for(self, options: NormalizeOptions) -> MandarinFrontend:
+        """A frontend with the call's reading options (it shares the word segmenter and the server's lexicon file)."""
+        if options == self.frontend.options.normalize:
+            return self.frontend
+        if options not in self._frontends:
+            self._frontends[options] = MandarinFrontend(FrontendOptions(normalize=options),
+                                                        lexicon_store=self.frontend.lexicon_store)
+        return self._frontends[options]
+
+
+class Synthesis:
+    """Turns a call's segments into engine audio; engine errors become the ServiceError the one table says."""
+
+    def __init__(self, deps: CallDeps, settings: SessionSettings, session_id: str, outbox: Outbox, telemetry: Any):
+        self.deps = deps
+        self.s = settings
+        self.session_id = session_id
+        self.outbox = outbox
+        self.tel = telemetry
+        self._segments = 0
+
+    async def segment(self, turn: Turn, seg: Segment) -> AsyncIterator[tuple[np.ndarray, int]]:
+        """(samples float32 [N] at the voice's rate, turn text position they reach) per engine chunk, in order.
+
+        Nothing when the frontend finds nothing to say (a warning is sent) or the turn ended meanwhile. Raises
+        TurnFailed (turn-scoped) or the call-ending ServiceError. Use under contextlib.aclosing: closing it
+        cancels the engine request.
+        """
+        loop = asyncio.get_running_loop()
+        seg_tel = self.tel.segment_started(turn, seg)  # telemetry
+        frontend = self.deps.frontend_for(self.s.normalize)
+        try:
+            result = await loop.run_in_executor(
+                self.deps.executor, lambda: frontend.to_ids(seg.text, turn.spans_for(seg), self.s.lexicon or None))
+        except FrontendError as exc:
+            seg_tel.end("skipped")  # telemetry
+            await self.outbox.warn("segment_skipped", f"nothing to say in {seg.text!r}: {exc}", turn.turn_id)
+            return
+        seg_tel.frontend_done(len(result.ids))  # telemetry
+        for w in result.warnings:
+            await self.outbox.warn("normalization", w, turn.turn_id)
+        if not turn.active:  # cleared (barge-in) while the frontend ran: none of it may be synthesized or sent
+            seg_tel.end("cancelled")  # telemetry
+            return
+        self._segments += 1
+        request = SynthesisRequest(
+            request_id=f"{self.session_id}/{turn.turn_id}/{self._segments}",
+            ids=tuple(result.ids), voice=self.s.voice.name, seed=self.s.seed,
+        )
+        try:
+            stream = self.deps.engine.submit(request)
+        except EngineError as exc:
+            seg_tel.end("failed")  # telemetry
+            raise in_call(exc, repr(seg.text)) from None
+        turn.streams.add(stream)
+        seg_tel.submitted(request.request_id)  # telemetry
+        first_arrival_s: float | None = None
+        received_s = 0.0
+        try:
+            async for event in stream:
+                if not isinstance(event, AudioChunk):
+                    seg_tel.finished(event)  # telemetry
+                    continue
+                now = self.deps.clock()
+                if first_arrival_s is None:
+                    first_arrival_s = now
+                lateness_s = figures.chunk_lateness_s(now, first_arrival_s, received_s)
+                turn.chunk_received(lateness_s)
+                seg_tel.chunk(lateness_s, event.duration_s)  # telemetry
+                received_s += event.duration_s
+                pos = seg.start
+                if len(event.input_positions):
+                    pos = seg.start + result.spoken_chars(int(max(event.input_positions)) + 1)
+                held_s = self.deps.clock()
+                yield event.samples, min(pos, seg.end)
+                seg_tel.held(self.deps.clock() - held_s)  # telemetry: time held back downstream is not synthesis
+        except EngineError as exc:
+            log.warning("call %s turn %s: segment failed: %r", self.session_id, turn.turn_id, exc)
+            raise in_call(exc, repr(seg.text)) from None
+        finally:
+            turn.streams.discard(stream)
+            stream.close()
+            seg_tel.end()  # telemetry
