@@ -1,31 +1,34 @@
-"""Soak: sustained mixed load (turns, ASAP and REALTIME, barge-in) for a bounded time: no failed call, no growth of
-resident memory, file descriptors or threads beyond the stated bounds, and every per-call state released.
+"""Soak: sustained mixed load (turns, ASAP and REALTIME, barge-in): no failed call, every per-call state released, and
+no upward slope of resident memory, file descriptors, OS threads or asyncio tasks after warm-up.
 
-CI runs 20 s; VOXPOOL_SOAK_S=600 runs ten minutes (same assertions, same bounds)."""
+The load lane runs 300 s (a 240 s window after warm-up, where a leak of 1 MiB per minute shows as 4 MiB);
+VOXPOOL_SOAK_S=600 runs ten minutes with the tight bound; VOXPOOL_SOAK_OUT=path.json writes every sample."""
 
 import asyncio
 import gc
+import json
 import os
 import random
 import threading
-import time
+from dataclasses import asdict
+from pathlib import Path
 
 import grpc
 
 from protos.voxpool.v1 import tts_pb2 as pb
+from tests.load.soak import ResourceSampler
 from tests.reliability.conftest import (
-    Feeder, channel_to, config_event, end_event, flush_event, gateway_call, open_fds, os_thread_names, os_threads,
-    realtime_config, rss_bytes, serving, settled, stub, text_event, tracked_state,
+    Feeder, channel_to, config_event, end_event, flush_event, gateway_call, os_thread_names, realtime_config,
+    serving, settled, stub, text_event, tracked_state,
 )
 
-SOAK_S = float(os.environ.get("VOXPOOL_SOAK_S", "20"))
-WARMUP_S = min(8.0, max(4.0, 0.2 * SOAK_S))  # pools, caches and allocator arenas fill up first
+SOAK_S = float(os.environ.get("VOXPOOL_SOAK_S", "300"))
+WARMUP_S = min(120.0, max(30.0, 0.2 * SOAK_S))  # pools, caches and allocator arenas fill up first
 LANES = 3  # of 4 slots: ~75-80 % of S, the survey's soak load
-# Resident memory may not grow more than this after warm-up. Short CI runs still see one-off growth from
-# shapes met for the first time (oneDNN primitive caches, allocator arenas): +45 MiB was seen once in a
-# 20 s run on a fresh machine, while a 180 s run grew +3.7 MiB in total. A leak grows with time; the long
-# soak (VOXPOOL_SOAK_S >= 120) keeps the tight bound.
-RSS_BOUND_MIB = 24.0 if SOAK_S >= 120 else 96.0
+# RSS slope bound after warm-up, MiB per 10 minutes. The issue's target is 1 MiB / 10 min, which a window of
+# 480 s or more resolves (the 10-minute soak). A shorter window must still fail a leak of 1 MiB per minute
+# (10 MiB / 10 min) but not the one-off steps of allocator arenas: half of it.
+RSS_SLOPE_MIB_PER_10MIN = 1.0 if SOAK_S - WARMUP_S >= 480 else 5.0
 GRPC_POOL_SLACK = 4  # gRPC core's event-engine thread pool grows and shrinks with load
 TEXTS = ["您好，欢迎致电。", "请问有什么可以帮您？", "您的订单号是一二三四五六。", "好的，请稍等。",
          "感谢您的来电，再见。"]
@@ -64,15 +67,16 @@ async def one_call(ts, rng) -> grpc.StatusCode:
     return rec.code if len(rec.of("turn_done")) == 1 else grpc.StatusCode.DATA_LOSS
 
 
-async def test_soak():
+async def test_soak_has_no_resource_slope():
     async with serving({"server": {"max_calls": LANES + 1}}) as server, channel_to(server.port) as ch:
         ts = stub(ch)
         start_state = tracked_state(server)
         outcomes: dict[str, int] = {}
-        samples: list[tuple[float, int, int, int]] = []
-        mark: dict[str, int] = {}
-        t0 = time.monotonic()
+        sampler = ResourceSampler(period_s=1.0)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
         gen2 = [0]  # automatic full collections: each stalls the event loop for the whole heap walk
+        mark: dict[str, int] = {}
 
         def on_gc(phase, info):
             if phase == "stop" and info["generation"] == 2 and not mark.get("collecting"):
@@ -80,44 +84,50 @@ async def test_soak():
 
         async def lane(seed: int) -> None:
             rng = random.Random(seed)
-            while time.monotonic() - t0 < SOAK_S:
+            while loop.time() - t0 < SOAK_S:
                 code = await one_call(ts, rng)
                 outcomes[code.name] = outcomes.get(code.name, 0) + 1
 
-        async def sampler() -> None:
-            while True:
-                await asyncio.sleep(1.0)
-                samples.append((time.monotonic() - t0, rss_bytes(), open_fds(), os_threads()))
-                if not mark and time.monotonic() - t0 >= WARMUP_S:
-                    mark["collecting"] = 1
-                    gc.collect()
-                    mark.update(collecting=0, rss=rss_bytes(), fds=open_fds(), threads=os_threads(),
-                                py_other=len(other_threads()))
+        async def warm_up_mark() -> None:
+            await asyncio.sleep(WARMUP_S)
+            mark["collecting"] = 1
+            gc.collect()  # the window starts from a collected heap
+            mark["collecting"] = 0
+            s = sampler.sample()
+            mark.update(fds=s.fds, threads=s.threads, py_other=len(other_threads()))
 
         gc.callbacks.append(on_gc)
-        watcher = asyncio.create_task(sampler())
+        watchers = [asyncio.create_task(sampler.run()), asyncio.create_task(warm_up_mark())]
         try:
             await asyncio.gather(*(lane(i) for i in range(LANES)))
         finally:
-            watcher.cancel()
+            for w in watchers:
+                w.cancel()
             gc.callbacks.remove(on_gc)
 
         mark["collecting"] = 1  # from here on, full collections are the test's own
         end_state = await settled(server, start_state)
-        gc.collect()
-        rss_growth_mib = (rss_bytes() - mark["rss"]) / 2**20
+        slopes = sampler.slopes(after_s=WARMUP_S)
+        window = sampler.window(WARMUP_S)
         calls = sum(outcomes.values())
-        print(f"\nsoak {SOAK_S:.0f} s: {calls} calls {outcomes}; RSS {mark['rss'] / 2**20:.0f} MiB -> "
-              f"{rss_bytes() / 2**20:.0f} MiB ({rss_growth_mib:+.1f}); fds {mark['fds']} -> {open_fds()}; "
-              f"threads {mark['threads']} -> {os_threads()} ({', '.join(sorted(set(os_thread_names())))}); "
-              f"gen-2 collections {gen2[0]}")
+        print(f"\nsoak {SOAK_S:.0f} s (window {WARMUP_S:.0f}-{SOAK_S:.0f} s): {calls} calls {outcomes}; "
+              f"RSS {window[0].rss_mib:.1f} -> {window[-1].rss_mib:.1f} MiB, slope {slopes['rss_mib']} MiB; "
+              f"fds {slopes['fds']}; threads {slopes['threads']}; tasks {slopes['tasks']}; "
+              f"threads ({', '.join(sorted(set(os_thread_names())))}); gen-2 collections {gen2[0]}")
+        if out := os.environ.get("VOXPOOL_SOAK_OUT"):
+            Path(out).write_text(json.dumps({
+                "soak_s": SOAK_S, "warmup_s": WARMUP_S, "calls": outcomes, "gen2_collections": gen2[0],
+                "slopes_per_10min": {k: asdict(v) for k, v in slopes.items()},
+                "samples": [asdict(s) for s in sampler.samples],
+            }, indent=1) + "\n", encoding="utf-8")
 
         assert outcomes == {"OK": calls} and calls >= LANES * SOAK_S / 4  # every call completed
         assert end_state == start_state  # state created == state released
-        assert rss_growth_mib <= RSS_BOUND_MIB
-        assert open_fds() <= mark["fds"]  # no leaked sockets or files
+        assert slopes["rss_mib"].per_10min <= RSS_SLOPE_MIB_PER_10MIN, f"RSS slope {slopes['rss_mib']} MiB"
+        assert window[-1].fds <= mark["fds"]  # no leaked sockets or files
+        assert slopes["tasks"].per_10min <= 1.0, f"asyncio tasks slope {slopes['tasks']}"
         # Python threads: the frontend pool grows lazily up to its size; nothing else appears
         frontend = [t for t in threading.enumerate() if t.name.startswith("frontend")]
         assert len(frontend) <= server.cfg.server.worker_threads
         assert len(other_threads()) <= mark["py_other"]
-        assert max(t for _, _, _, t in samples) <= mark["threads"] + GRPC_POOL_SLACK
+        assert max(s.threads for s in window) <= mark["threads"] + GRPC_POOL_SLACK
