@@ -184,14 +184,18 @@ async def test_bench_two_rates_json_and_plots(tiny_server, tmp_path, capsys):  #
     assert (tmp_path / "plots" / "on_time_vs_rate.png").exists()
 
 
-async def test_bench_closed_loop_streamed_text(tiny_server, tmp_path, capsys):  # noqa: F811
-    out = tmp_path / "c.json"
-    argv = ["--targets", f"127.0.0.1:{tiny_server.port}", "--concurrency", "2", "--duration-s", "1",
+async def closed_loop_bench(port: int, out, duration_s: float) -> dict:
+    """`voxpool bench`: 2 closed-loop workers streaming short texts for `duration_s`; the run's JSON (None on rc ≠ 0)."""
+    argv = ["--targets", f"127.0.0.1:{port}", "--concurrency", "2", "--duration-s", str(duration_s),
             "--text-class", "short", "--stream-text", "--delta-interval-ms", "5", "--warmup", "0",
             "--no-frames", "--out", str(out)]
     rc = await asyncio.to_thread(bench_main, argv)
-    assert rc == 0, capsys.readouterr()
-    run = json.loads(out.read_text())["runs"][0]
+    return json.loads(out.read_text())["runs"][0] if rc == 0 else None
+
+
+async def test_bench_closed_loop_streamed_text(tiny_server, tmp_path, capsys):  # noqa: F811
+    run = await closed_loop_bench(tiny_server.port, tmp_path / "c.json", 1)
+    assert run is not None, capsys.readouterr()
     assert run["mode"] == "closed" and run["concurrency"] == 2
     assert {t["worker"] for t in run["turns"]} == {0, 1}
     assert all(t["status"] == "OK" and t["deltas"] > 1 and "frames_ms" not in t for t in run["turns"])

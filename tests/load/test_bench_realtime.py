@@ -1,18 +1,10 @@
 """`voxpool bench` against a REALTIME-paced server: the median turn plays in real time (RTF 1 ± 0.5)."""
 
-import asyncio
-import json
-
-from clients.bench import bench_main
+from tests.clients.test_smoke_server import closed_loop_bench
 
 
 async def test_bench_realtime_turns_play_in_real_time(tiny_server, tmp_path, capsys):
-    out = tmp_path / "c.json"
-    argv = ["--targets", f"127.0.0.1:{tiny_server.port}", "--concurrency", "2", "--duration-s", "2",
-            "--text-class", "short", "--stream-text", "--delta-interval-ms", "5", "--warmup", "0",
-            "--no-frames", "--out", str(out)]
-    rc = await asyncio.to_thread(bench_main, argv)
-    assert rc == 0, capsys.readouterr()
-    run = json.loads(out.read_text())["runs"][0]
+    run = await closed_loop_bench(tiny_server.port, tmp_path / "c.json", 2)
+    assert run is not None, capsys.readouterr()
     assert all(t["status"] == "OK" for t in run["turns"])
     assert abs(run["summary"]["rtf"]["p50"] - 1.0) <= 0.5, run["summary"]["rtf"]
