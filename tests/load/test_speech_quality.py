@@ -50,6 +50,7 @@ async def synthesize_over_grpc(voices: dict, encoding: int, rate_hz: int) -> lis
 
     cfg = load_config(None, environ={})
     cfg.server.port, cfg.server.host = 0, "127.0.0.1"
+    cfg.limits.max_session_s = 3600  # quality, not speed: a long sentence on a crowded machine took over 300 s
     server = VoxpoolServer(cfg, AsyncEngine.from_config(engine_config(cfg, tuple(voices)), voices=voices), voices)
     await server.start()
     out = []
