@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.voxpool-installed
 PYTEST_ARGS ?=
 
-.PHONY: serve test install voice bench clean
+.PHONY: serve test test-load install voice bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,8 +26,13 @@ voice: $(STAMP)
 serve: $(STAMP)
 	$(VENV)/bin/voxpool serve
 
+# The default suite asserts behaviour, order and causality, never wall time; tests/load is left out.
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The load lane: latency percentiles, wall and CPU time, on-time fractions, the soak slope, DNSMOS.
+test-load: $(STAMP)
+	$(PY) -m pytest -q --load tests/load $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

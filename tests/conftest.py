@@ -1,4 +1,4 @@
-"""Shared fixtures: the real voice's source files (downloaded once into the cache) and test markers."""
+"""Shared fixtures: the real voice's source files (downloaded once into the cache), test markers and the load lane."""
 
 from __future__ import annotations
 
@@ -8,6 +8,36 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
+LOAD_LANE = REPO / "tests" / "load"  # wall-time, percentile, CPU-time, soak and DNSMOS checks: `make test-load`
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--load", action="store_true", default=False,
+                     help="also collect tests/load (the load lane; `make test-load` passes it)")
+
+
+def _load_lane_requested(config: pytest.Config) -> bool:
+    """--load, or a command-line path inside tests/load (so `pytest tests/load/test_x.py` runs what it names)."""
+    if config.getoption("load"):
+        return True
+    for arg in config.args:
+        path = Path(config.invocation_params.dir, arg.split("::", 1)[0]).resolve()
+        if path == LOAD_LANE or LOAD_LANE in path.parents:
+            return True
+    return False
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The default suite (`make test`, any -m or -k) never collects the load lane: it asserts no wall time."""
+    if collection_path == LOAD_LANE and not _load_lane_requested(config):
+        return True
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if LOAD_LANE in Path(item.path).parents:
+            item.add_marker(pytest.mark.load)
 
 
 @pytest.fixture(scope="session")

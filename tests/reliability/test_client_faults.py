@@ -2,7 +2,6 @@
 slot, its engine request and its per-call objects (state created == state released, as Triton's cleanup test)."""
 
 import asyncio
-import time
 
 import grpc
 import pytest
@@ -77,13 +76,13 @@ async def test_deadline_exceeded(server):
     baseline = tracked_state(server)
     async with channel_to(server.port) as ch:
         feeder = Feeder(config_event(pacing=pb.Pacing.REALTIME), text_event(LONG_TEXT))
-        t0 = time.monotonic()
         call = stub(ch).Converse(feeder, timeout=1.5)
+        heard_ms = 0
         with pytest.raises(grpc.aio.AioRpcError) as err:
-            async for _ in call:
-                pass
+            async for ev in call:
+                heard_ms += ev.audio.duration_ms if ev.HasField("audio") else 0
         assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-        assert time.monotonic() - t0 < 2.5  # the deadline ended it, not the 8 s of audio
+        assert heard_ms < 8000  # the deadline ended it, not the end of the 8 s of audio (REALTIME pacing)
         assert await settled(server, baseline) == baseline
 
 
@@ -96,13 +95,10 @@ async def test_client_that_does_not_read(server, reads_before_stopping):
         for _ in range(reads_before_stopping):
             await call.read()
         await busy(server)
-        t0 = time.monotonic()
         # the server gives up after the stall timeout and frees the slot, the engine request and the call's
         # state while this client still reads nothing
         state = await settled(server, {**baseline, "rpc_tasks": 1}, timeout_s=10)
-        freed_after_s = time.monotonic() - t0
         assert state == {**baseline, "rpc_tasks": 1}, state  # only the gRPC stream itself waits for the reader
-        assert freed_after_s < STALL_S + 3.0
         # when it reads again it gets the audio already sent, then the reason
         with pytest.raises(grpc.aio.AioRpcError) as err:
             while await call.read() is not grpc.aio.EOF:

