@@ -58,7 +58,9 @@ async def test_one_stream_equals_whole_utterance(baker_voice, segments) -> None:
     assert len(audio) == len(ref) > 24000
     assert rel_l2(audio, ref) < 1e-4  # the streaming vocoder is exact; what remains is decoder/postnet rounding
     runner = engine.backend.runners["baker-zh"]
-    assert len(chunks[0].samples) == runner.first_widths()[0] * HOP - runner.streamer.lookahead_samples >= 16 * HOP
+    # the first call takes one of the widths the runner announces (a held-back start grows to a later chunk size)
+    first_call_samples = len(chunks[0].samples) + runner.streamer.lookahead_samples
+    assert first_call_samples in {w * HOP for w in runner.first_widths()} and len(chunks[0].samples) >= 16 * HOP
     assert len(chunks) >= 3
     positions = np.concatenate([c.input_positions for c in chunks])
     assert positions.min() >= 0 and positions.max() < len(ids) and positions[-1] >= len(ids) // 2
