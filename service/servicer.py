@@ -169,7 +169,7 @@ def synthesize_events(request: pb.SynthesizeRequest) -> list[pb.ClientEvent]:
     """The Converse events a Synthesize request stands for: config, the text as one turn, flush, end."""
     config = pb.SessionConfig(voice=request.voice, audio=request.audio, pacing=request.pacing,
                               preroll_ms=request.preroll_ms, language=request.language,
-                              normalization=request.normalization)
+                              normalization=request.normalization, word_timestamps=request.word_timestamps)
     config.lexicon.update(dict(request.lexicon))
     if request.HasField("seed"):
         config.seed = request.seed
@@ -188,8 +188,11 @@ def voice_entries(engine_voices: dict[str, Any], default: str) -> dict:
     out = {}
     for name, v in engine_voices.items():
         meta = getattr(v, "meta", {}) or {}
+        spec, acoustic = getattr(v, "stream_spec", None), getattr(v, "acoustic", None)
+        step = int(spec.hop_samples) * int(acoustic.config.reduction_factor) if spec and acoustic else 0
         out[name] = VoiceEntry(
             name=name, language=meta.get("language", "zh-CN"), sample_rate_hz=int(v.sample_rate_hz),
             license=meta.get("license", ""), description=meta.get("description", ""), is_default=name == default,
+            step_samples=step,
         )
     return out

@@ -46,6 +46,7 @@ class VoiceEntry:
     license: str
     description: str
     is_default: bool
+    step_samples: int = 0  # samples of one decoder step at sample_rate_hz (hop × reduction factor); 0 = unknown
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class SessionSettings:
     lexicon: Mapping[str, str] = field(default_factory=dict)
     normalize: NormalizeOptions = field(default_factory=NormalizeOptions)
     seed: int = 0
+    word_timestamps: bool = False  # send WordTimestamps events (opt-in)
 
     @property
     def frame_bytes(self) -> int:
@@ -83,6 +85,7 @@ class SessionSettings:
             language=self.language,
             normalization=pb.NormalizationOptions(one_as_yao=self.normalize.one_as_yao),
             seed=self.seed,
+            word_timestamps=self.word_timestamps,
         )
         cfg.lexicon.update(dict(self.lexicon))
         return cfg
@@ -100,6 +103,7 @@ def negotiate(
     voices: Mapping[str, VoiceEntry],
     cfg: ServiceConfig,
     default_pacing: str,
+    word_timestamps: bool = False,
 ) -> SessionSettings:
     """Validate the client's choices; InvalidArgument names the field and the accepted values."""
     name = voice_name or next((v.name for v in voices.values() if v.is_default), "")
@@ -149,6 +153,7 @@ def negotiate(
         lexicon=dict(lexicon),
         normalize=NormalizeOptions(one_as_yao=one_as_yao),
         seed=int(seed or 0),
+        word_timestamps=bool(word_timestamps and voice.step_samples > 0),
     )
 
 

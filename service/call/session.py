@@ -64,6 +64,7 @@ class CallSession:
         self.settings = negotiate(
             config.audio, config.pacing, config.voice, config.preroll_ms, config.language, config.lexicon,
             config.normalization, seed, self.deps.voices, self.cfg, self.default_pacing,
+            word_timestamps=config.word_timestamps,
         )
         if self.settings.lexicon:
             try:  # validate the lexicon once, at the start, so a bad entry fails the call cleanly
