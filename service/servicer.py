@@ -16,6 +16,7 @@ from protos.voxpool.v1 import tts_pb2 as pb
 from protos.voxpool.v1 import tts_pb2_grpc
 from service.admission import Admission
 from service.call import CallDeps, CallSession
+from service.call.input import turn_options
 from service.errors import InvalidArgument, ServiceError, status_for
 from service.language import matches as language_matches
 from service.security import before_refusal, current_tenant
@@ -114,6 +115,7 @@ class TtsServicer(tts_pb2_grpc.TtsServicer):
                 return
             try:
                 spans_from_proto(request.spans, len(request.text))
+                turn_options(request.options if request.HasField("options") else None)
             except InvalidArgument as exc:
                 await _abort(context, exc)
                 return
@@ -170,12 +172,15 @@ def synthesize_events(request: pb.SynthesizeRequest) -> list[pb.ClientEvent]:
     config = pb.SessionConfig(voice=request.voice, audio=request.audio, pacing=request.pacing,
                               preroll_ms=request.preroll_ms, language=request.language,
                               normalization=request.normalization, word_timestamps=request.word_timestamps)
+    delta = pb.TextDelta(text=request.text, turn_id="synthesize", spans=request.spans)
+    if request.HasField("options"):
+        delta.turn_options.CopyFrom(request.options)
     config.lexicon.update(dict(request.lexicon))
     if request.HasField("seed"):
         config.seed = request.seed
     return [
         pb.ClientEvent(config=config),
-        pb.ClientEvent(text=pb.TextDelta(text=request.text, turn_id="synthesize", spans=request.spans)),
+        pb.ClientEvent(text=delta),
         pb.ClientEvent(flush=pb.Flush(turn_id="synthesize")),
         pb.ClientEvent(end=pb.End()),
     ]

@@ -34,6 +34,29 @@ RATES_HZ = (8000, 16000, 24000)
 MAX_PREROLL_MS = 500
 MAX_FADE_MS = 50
 MAX_LEXICON_ENTRIES = 1000
+VOLUME_DB_RANGE = (-40.0, 12.0)
+SPEAKING_RATE_RANGE = (0.5, 2.0)
+
+
+def checked_volume_db(value: float, field_name: str) -> float:
+    """A gain in dB within VOLUME_DB_RANGE; InvalidArgument names the field and the range."""
+    lo, hi = VOLUME_DB_RANGE
+    if not lo <= value <= hi:  # NaN fails too
+        raise InvalidArgument(f"{field_name} {value:g} is out of range; use {lo:g} to +{hi:g} dB")
+    return float(value)
+
+
+def checked_speaking_rate(value: float, field_name: str) -> float:
+    """A speaking rate within SPEAKING_RATE_RANGE; InvalidArgument names the field and the range."""
+    lo, hi = SPEAKING_RATE_RANGE
+    if not lo <= value <= hi:
+        raise InvalidArgument(f"{field_name} {value:g} is out of range; use {lo:g} to {hi:g} (1.0 = natural rate)")
+    return float(value)
+
+
+def gain_of_db(volume_db: float) -> float:
+    """Amplitude factor of a gain in dB."""
+    return float(10.0 ** (volume_db / 20.0))
 
 
 @dataclass(frozen=True)
@@ -66,6 +89,8 @@ class SessionSettings:
     normalize: NormalizeOptions = field(default_factory=NormalizeOptions)
     seed: int = 0
     word_timestamps: bool = False  # send WordTimestamps events (opt-in)
+    volume_db: float = 0.0  # output gain of every turn unless the turn sets its own
+    speaking_rate: float = 1.0  # requested rate (not applied by the engine yet: a Warning says so)
 
     @property
     def frame_bytes(self) -> int:
@@ -86,6 +111,8 @@ class SessionSettings:
             normalization=pb.NormalizationOptions(one_as_yao=self.normalize.one_as_yao),
             seed=self.seed,
             word_timestamps=self.word_timestamps,
+            volume_db=self.volume_db,
+            speaking_rate=self.speaking_rate,
         )
         cfg.lexicon.update(dict(self.lexicon))
         return cfg
@@ -104,6 +131,8 @@ def negotiate(
     cfg: ServiceConfig,
     default_pacing: str,
     word_timestamps: bool = False,
+    volume_db: float | None = None,
+    speaking_rate: float | None = None,
 ) -> SessionSettings:
     """Validate the client's choices; InvalidArgument names the field and the accepted values."""
     name = voice_name or next((v.name for v in voices.values() if v.is_default), "")
@@ -139,6 +168,8 @@ def negotiate(
         raise InvalidArgument(f"preroll_ms {preroll} is over the maximum {MAX_PREROLL_MS}")
     if len(lexicon) > MAX_LEXICON_ENTRIES:
         raise InvalidArgument(f"lexicon has {len(lexicon)} entries; at most {MAX_LEXICON_ENTRIES}")
+    volume = 0.0 if volume_db is None else checked_volume_db(volume_db, "volume_db")
+    rate_x = 1.0 if speaking_rate is None else checked_speaking_rate(speaking_rate, "speaking_rate")
     one_as_yao = normalization.one_as_yao if normalization.HasField("one_as_yao") else cfg.frontend.one_as_yao
     return SessionSettings(
         voice=voice,
@@ -154,6 +185,8 @@ def negotiate(
         normalize=NormalizeOptions(one_as_yao=one_as_yao),
         seed=int(seed or 0),
         word_timestamps=bool(word_timestamps and voice.step_samples > 0),
+        volume_db=volume,
+        speaking_rate=rate_x,
     )
 
 

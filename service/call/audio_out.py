@@ -10,7 +10,7 @@ import numpy as np
 from service.audio.fade import FadeIn
 from service.audio.framer import Framer, silence_frame
 from service.audio.resample import StreamResampler
-from service.session import SessionSettings
+from service.session import SessionSettings, gain_of_db
 from service.timestamps import WordTime
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ class TurnAudio:
         self._silence = silence_frame(s.sample_rate_hz, s.frame_ms, s.encoding)
         self._preroll_frames = s.preroll_ms // s.frame_ms
         self.last: OutFrame | None = None  # the last frame made so far
+        self.gain = gain_of_db(s.volume_db if turn.volume_db is None else turn.volume_db)
         self._ms_per_voice_sample = 1000.0 / s.voice.sample_rate_hz
         self._frame_ms = s.frame_ms
         self._voice_samples = 0  # voice-rate samples pushed for the turn
@@ -98,6 +99,10 @@ class TurnAudio:
             base = self._segment_base
             self._words.append(((base + w.start_sample) * to_ms, (base + w.end_sample) * to_ms, w))
         self._voice_samples += len(samples)
+        if self.gain != 1.0:  # the turn's volume, on the voice-rate samples; a gain above 0 dB is limited to full scale
+            samples = samples * np.float32(self.gain)
+            if self.gain > 1.0:
+                samples = np.clip(samples, -1.0, 1.0)
         out = self.resampler.push(samples)
         return self._frames(self.framer.push(self.fade_in.apply(out)) if len(out) else [], text_pos)
 

@@ -65,6 +65,8 @@ class CallSession:
             config.audio, config.pacing, config.voice, config.preroll_ms, config.language, config.lexicon,
             config.normalization, seed, self.deps.voices, self.cfg, self.default_pacing,
             word_timestamps=config.word_timestamps,
+            volume_db=config.volume_db if config.HasField("volume_db") else None,
+            speaking_rate=config.speaking_rate if config.HasField("speaking_rate") else None,
         )
         if self.settings.lexicon:
             try:  # validate the lexicon once, at the start, so a bad entry fails the call cleanly
