@@ -165,6 +165,9 @@ def turn_options(options: "pb.TurnOptions | None") -> dict:
     out: dict = {"volume_db": None, "speaking_rate": None}
     if options is None:
         return out
+    if options.text_format == pb.TurnOptions.SSML:  # the parser exists (service/ssml/) but is not wired yet
+        raise InvalidArgument("turn_options.text_format SSML is not supported by this server yet (it would be read "
+                              "as plain text, markup included); send plain text with TextSpans")
     if options.HasField("volume_db"):
         out["volume_db"] = checked_volume_db(options.volume_db, "turn_options.volume_db")
     if options.HasField("speaking_rate"):

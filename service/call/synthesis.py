@@ -130,9 +130,9 @@ class Synthesis:
                 held_s = self.deps.clock()
                 yield samples, pos if words is None else words.released_chars(pos), timed
                 seg_tel.held(self.deps.clock() - held_s)  # telemetry: time held back downstream is not synthesis
-            if words is not None:
+            if words is not None:  # the segment's audio ended: its words are all timed, its text all spoken
                 samples, timed = words.finish()
-                yield samples, pos, timed
+                yield samples, seg.end, timed
         except EngineError as exc:
             log.warning("call %s turn %s: segment failed: %r", self.session_id, turn.turn_id, exc)
             raise in_call(exc, repr(seg.text)) from None
