@@ -16,6 +16,7 @@ from protos.voxpool.v1 import tts_pb2 as pb
 from protos.voxpool.v1 import tts_pb2_grpc
 from service.admission import Admission
 from service.call import CallDeps, CallSession
+from service.call.input import turn_options
 from service.errors import InvalidArgument, ServiceError, status_for
 from service.language import matches as language_matches
 from service.security import before_refusal, current_tenant
@@ -114,6 +115,7 @@ class TtsServicer(tts_pb2_grpc.TtsServicer):
                 return
             try:
                 spans_from_proto(request.spans, len(request.text))
+                turn_options(request.options if request.HasField("options") else None)
             except InvalidArgument as exc:
                 await _abort(context, exc)
                 return
@@ -169,13 +171,16 @@ def synthesize_events(request: pb.SynthesizeRequest) -> list[pb.ClientEvent]:
     """The Converse events a Synthesize request stands for: config, the text as one turn, flush, end."""
     config = pb.SessionConfig(voice=request.voice, audio=request.audio, pacing=request.pacing,
                               preroll_ms=request.preroll_ms, language=request.language,
-                              normalization=request.normalization)
+                              normalization=request.normalization, word_timestamps=request.word_timestamps)
+    delta = pb.TextDelta(text=request.text, turn_id="synthesize", spans=request.spans)
+    if request.HasField("options"):
+        delta.turn_options.CopyFrom(request.options)
     config.lexicon.update(dict(request.lexicon))
     if request.HasField("seed"):
         config.seed = request.seed
     return [
         pb.ClientEvent(config=config),
-        pb.ClientEvent(text=pb.TextDelta(text=request.text, turn_id="synthesize", spans=request.spans)),
+        pb.ClientEvent(text=delta),
         pb.ClientEvent(flush=pb.Flush(turn_id="synthesize")),
         pb.ClientEvent(end=pb.End()),
     ]
@@ -188,8 +193,11 @@ def voice_entries(engine_voices: dict[str, Any], default: str) -> dict:
     out = {}
     for name, v in engine_voices.items():
         meta = getattr(v, "meta", {}) or {}
+        spec, acoustic = getattr(v, "stream_spec", None), getattr(v, "acoustic", None)
+        step = int(spec.hop_samples) * int(acoustic.config.reduction_factor) if spec and acoustic else 0
         out[name] = VoiceEntry(
             name=name, language=meta.get("language", "zh-CN"), sample_rate_hz=int(v.sample_rate_hz),
             license=meta.get("license", ""), description=meta.get("description", ""), is_default=name == default,
+            step_samples=step,
         )
     return out

@@ -34,6 +34,38 @@ RATES_HZ = (8000, 16000, 24000)
 MAX_PREROLL_MS = 500
 MAX_FADE_MS = 50
 MAX_LEXICON_ENTRIES = 1000
+VOLUME_DB_RANGE = (-40.0, 12.0)
+SPEAKING_RATE_RANGE = (0.5, 2.0)
+
+
+def checked_volume_db(value: float, field_name: str) -> float:
+    """A gain in dB within VOLUME_DB_RANGE; InvalidArgument names the field and the range."""
+    lo, hi = VOLUME_DB_RANGE
+    if not lo <= value <= hi:  # NaN fails too
+        raise InvalidArgument(f"{field_name} {value:g} is out of range; use {lo:g} to +{hi:g} dB")
+    return float(value)
+
+
+def checked_speaking_rate(value: float, field_name: str) -> float:
+    """A speaking rate within SPEAKING_RATE_RANGE; InvalidArgument names the field and the range."""
+    lo, hi = SPEAKING_RATE_RANGE
+    if not lo <= value <= hi:
+        raise InvalidArgument(f"{field_name} {value:g} is out of range; use {lo:g} to {hi:g} (1.0 = natural rate)")
+    return float(value)
+
+
+RATE_NOT_APPLIED = "speaking_rate_not_applied"
+
+
+def rate_not_applied(rate: float, field_name: str) -> str:
+    """The Warning text for a speaking rate the engine does not apply yet (audio stays at the natural rate)."""
+    return (f"{field_name} {rate:g} is not applied yet: the engine speaks at the voice's natural rate (1.0); "
+            "leave it unset or 1.0 to silence this warning")
+
+
+def gain_of_db(volume_db: float) -> float:
+    """Amplitude factor of a gain in dB."""
+    return float(10.0 ** (volume_db / 20.0))
 
 
 @dataclass(frozen=True)
@@ -46,6 +78,7 @@ class VoiceEntry:
     license: str
     description: str
     is_default: bool
+    step_samples: int = 0  # samples of one decoder step at sample_rate_hz (hop × reduction factor); 0 = unknown
 
 
 @dataclass(frozen=True)
@@ -64,6 +97,9 @@ class SessionSettings:
     lexicon: Mapping[str, str] = field(default_factory=dict)
     normalize: NormalizeOptions = field(default_factory=NormalizeOptions)
     seed: int = 0
+    word_timestamps: bool = False  # send WordTimestamps events (opt-in)
+    volume_db: float = 0.0  # output gain of every turn unless the turn sets its own
+    speaking_rate: float = 1.0  # requested rate (not applied by the engine yet: a Warning says so)
 
     @property
     def frame_bytes(self) -> int:
@@ -83,6 +119,9 @@ class SessionSettings:
             language=self.language,
             normalization=pb.NormalizationOptions(one_as_yao=self.normalize.one_as_yao),
             seed=self.seed,
+            word_timestamps=self.word_timestamps,
+            volume_db=self.volume_db,
+            speaking_rate=self.speaking_rate,
         )
         cfg.lexicon.update(dict(self.lexicon))
         return cfg
@@ -100,6 +139,9 @@ def negotiate(
     voices: Mapping[str, VoiceEntry],
     cfg: ServiceConfig,
     default_pacing: str,
+    word_timestamps: bool = False,
+    volume_db: float | None = None,
+    speaking_rate: float | None = None,
 ) -> SessionSettings:
     """Validate the client's choices; InvalidArgument names the field and the accepted values."""
     name = voice_name or next((v.name for v in voices.values() if v.is_default), "")
@@ -135,6 +177,8 @@ def negotiate(
         raise InvalidArgument(f"preroll_ms {preroll} is over the maximum {MAX_PREROLL_MS}")
     if len(lexicon) > MAX_LEXICON_ENTRIES:
         raise InvalidArgument(f"lexicon has {len(lexicon)} entries; at most {MAX_LEXICON_ENTRIES}")
+    volume = 0.0 if volume_db is None else checked_volume_db(volume_db, "volume_db")
+    rate_x = 1.0 if speaking_rate is None else checked_speaking_rate(speaking_rate, "speaking_rate")
     one_as_yao = normalization.one_as_yao if normalization.HasField("one_as_yao") else cfg.frontend.one_as_yao
     return SessionSettings(
         voice=voice,
@@ -149,6 +193,9 @@ def negotiate(
         lexicon=dict(lexicon),
         normalize=NormalizeOptions(one_as_yao=one_as_yao),
         seed=int(seed or 0),
+        word_timestamps=bool(word_timestamps and voice.step_samples > 0),
+        volume_db=volume,
+        speaking_rate=rate_x,
     )
 
 

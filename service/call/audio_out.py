@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -10,10 +10,21 @@ import numpy as np
 from service.audio.fade import FadeIn
 from service.audio.framer import Framer, silence_frame
 from service.audio.resample import StreamResampler
-from service.session import SessionSettings
+from service.session import SessionSettings, gain_of_db
+from service.timestamps import WordTime
 
 if TYPE_CHECKING:
     from service.call.turn import Turn
+
+
+@dataclass(frozen=True)
+class FrameWord:
+    """A word whose audio starts in a frame: turn text span, start offset into the frame and duration, in ms."""
+
+    start_char: int
+    end_char: int
+    offset_ms: float
+    duration_ms: float
 
 
 @dataclass(eq=False)
@@ -26,6 +37,7 @@ class OutFrame:
     silence: bool = False  # pre-roll
     last: bool = False  # last frame of the turn's audio: its release sends turn_done
     fade_out: bool = False  # the faded frame that ends a cleared turn: its release sends cleared
+    words: list[FrameWord] = field(default_factory=list)  # words starting here: their timings go out before it
 
 
 class TurnAudio:
@@ -40,19 +52,57 @@ class TurnAudio:
         self._silence = silence_frame(s.sample_rate_hz, s.frame_ms, s.encoding)
         self._preroll_frames = s.preroll_ms // s.frame_ms
         self.last: OutFrame | None = None  # the last frame made so far
+        self.gain = gain_of_db(s.volume_db if turn.volume_db is None else turn.volume_db)
+        self._ms_per_voice_sample = 1000.0 / s.voice.sample_rate_hz
+        self._frame_ms = s.frame_ms
+        self._voice_samples = 0  # voice-rate samples pushed for the turn
+        self._segment_base = 0  # the turn's voice sample where the current segment starts
+        self._audio_frames = 0  # audio frames made (pre-roll not counted)
+        self._words: list[tuple[float, float, WordTime]] = []  # timed words not yet on a frame: start, end ms
 
-    def _frames(self, payloads: list[bytes], text_pos: int) -> list[OutFrame]:
+    def begin_segment(self) -> None:
+        """A new segment starts: the word times pushed next count from here."""
+        self._segment_base = self._voice_samples
+
+    def _frames(self, payloads: list[bytes], text_pos: int, last: bool = False) -> list[OutFrame]:
         out: list[OutFrame] = []
         if payloads and self._preroll_frames:  # silence ahead of the first audio (the gateway's jitter buffer)
             out = [OutFrame(self._silence, self.turn, 0, silence=True) for _ in range(self._preroll_frames)]
             self._preroll_frames = 0
-        out += [OutFrame(p, self.turn, text_pos) for p in payloads]
+        for i, p in enumerate(payloads):
+            frame = OutFrame(p, self.turn, text_pos)
+            frame_start_ms = self._audio_frames * self._frame_ms
+            self._audio_frames += 1
+            end_ms = self._audio_frames * self._frame_ms
+            while self._words and (self._words[0][0] < end_ms or (last and i == len(payloads) - 1)):
+                start_ms, stop_ms, w = self._words.pop(0)
+                offset_ms = min(max(0.0, start_ms - frame_start_ms), self._frame_ms)
+                frame.words.append(FrameWord(w.start_char, w.end_char, offset_ms, max(0.0, stop_ms - start_ms)))
+            out.append(frame)
         if out:
             self.last = out[-1]
         return out
 
-    def push(self, samples: np.ndarray, text_pos: int) -> list[OutFrame]:
-        """Engine samples float32 [N] at the voice's rate → the frames they complete (covering up to `text_pos`)."""
+    def leftover_words(self) -> list[FrameWord]:
+        """Words timed at or after the end of the turn's audio (no frame holds them), offsets from the last frame's
+        start; call after `flush`."""
+        last_start_ms = max(0, self._audio_frames - 1) * self._frame_ms
+        out = [FrameWord(w.start_char, w.end_char, max(0.0, a - last_start_ms), max(0.0, b - a)) for a, b, w in self._words]
+        self._words.clear()
+        return out
+
+    def push(self, samples: np.ndarray, text_pos: int, words: list[WordTime] = ()) -> list[OutFrame]:  # type: ignore[assignment]
+        """Engine samples float32 [N] at the voice's rate → the frames they complete (covering up to `text_pos`);
+        `words` (sample times from the segment's start) go on the frames holding their first audio."""
+        to_ms = self._ms_per_voice_sample
+        for w in words:
+            base = self._segment_base
+            self._words.append(((base + w.start_sample) * to_ms, (base + w.end_sample) * to_ms, w))
+        self._voice_samples += len(samples)
+        if self.gain != 1.0:  # the turn's volume, on the voice-rate samples; a gain above 0 dB is limited to full scale
+            samples = samples * np.float32(self.gain)
+            if self.gain > 1.0:
+                samples = np.clip(samples, -1.0, 1.0)
         out = self.resampler.push(samples)
         return self._frames(self.framer.push(self.fade_in.apply(out)) if len(out) else [], text_pos)
 
@@ -60,4 +110,4 @@ class TurnAudio:
         """The end of the turn's audio: the resampler's tail and the last partial frame (padded with silence)."""
         tail = self.resampler.flush()
         payloads = self.framer.push(self.fade_in.apply(tail)) if len(tail) else []
-        return self._frames(payloads + self.framer.flush(pad=True), text_pos)
+        return self._frames(payloads + self.framer.flush(pad=True), text_pos, last=True)

@@ -8,7 +8,8 @@ from protos.voxpool.v1 import tts_pb2 as pb
 from service.call.turn import TurnState, Turns
 from service.config import LimitsConfig
 from service.errors import InvalidArgument
-from service.session import spans_from_proto
+from service.session import (RATE_NOT_APPLIED, checked_speaking_rate, checked_volume_db, rate_not_applied,
+                             spans_from_proto)
 
 if TYPE_CHECKING:
     from service.call.outbox import Outbox
@@ -100,8 +101,25 @@ class CallInput:
             await self.outbox.error(pb.Error.INVALID_SPAN, f"{exc.message}; the spans of this delta were ignored",
                                     delta.turn_id)
             spans = []
+        options = delta.turn_options if delta.HasField("turn_options") else None
         if turn is None:
+            try:
+                checked = turn_options(options)
+            except InvalidArgument as exc:
+                await self.outbox.error(pb.Error.INVALID_OPTIONS, f"{exc.message}; this delta was dropped",
+                                        delta.turn_id)
+                return
             turn = self.turns.new(delta.turn_id)
+            turn.options, turn.volume_db = options, checked["volume_db"]
+            if checked["speaking_rate"] not in (None, 1.0):
+                await self.outbox.warn(RATE_NOT_APPLIED, rate_not_applied(checked["speaking_rate"],
+                                                                          "turn_options.speaking_rate"), turn.turn_id)
+        elif options is not None and options != turn.options:
+            await self.outbox.error(pb.Error.INVALID_OPTIONS,
+                                    f"turn {turn.turn_id!r}: turn_options may only be set on the delta that opens the "
+                                    "turn (later deltas repeat them or leave them unset); this delta was dropped",
+                                    turn.turn_id)
+            return
         turn.append(text, spans, self.clock())
         self.tel.text_received(len(text))  # telemetry
 
@@ -140,3 +158,18 @@ class CallInput:
         cleared = [t for t in targets if t.clear()]
         if cleared:
             await self.release.barge_in(cleared)
+
+
+def turn_options(options: "pb.TurnOptions | None") -> dict:
+    """A turn's checked options (volume_db, speaking_rate: None = the session's); InvalidArgument names the field."""
+    out: dict = {"volume_db": None, "speaking_rate": None}
+    if options is None:
+        return out
+    if options.text_format == pb.TurnOptions.SSML:  # the parser exists (service/ssml/) but is not wired yet
+        raise InvalidArgument("turn_options.text_format SSML is not supported by this server yet (it would be read "
+                              "as plain text, markup included); send plain text with TextSpans")
+    if options.HasField("volume_db"):
+        out["volume_db"] = checked_volume_db(options.volume_db, "turn_options.volume_db")
+    if options.HasField("speaking_rate"):
+        out["speaking_rate"] = checked_speaking_rate(options.speaking_rate, "turn_options.speaking_rate")
+    return out

@@ -38,9 +38,10 @@ class Producer:
         audio = TurnAudio(self.s, turn)
         try:
             while turn.active and (seg := await turn.segments.get()) is not None:
+                audio.begin_segment()
                 async with contextlib.aclosing(self.synthesis.segment(turn, seg)) as chunks:
-                    async for samples, text_pos in chunks:
-                        for frame in audio.push(samples, text_pos):
+                    async for samples, text_pos, words in chunks:
+                        for frame in audio.push(samples, text_pos, words):
                             self.release.push(frame)
                         await self.release.wait_for_room()
                         if not turn.active:
@@ -49,7 +50,7 @@ class Producer:
                 return
             for frame in audio.flush(len(turn.text)):
                 self.release.push(frame)
-            await self.release.last_frame_pushed(turn, audio.last)
+            await self.release.last_frame_pushed(turn, audio.last, audio.leftover_words())
             self.release.idle_unless_queued(turn)
         except TurnFailed as exc:
             turn.fail()

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Callable
 from protos.voxpool.v1 import tts_pb2 as pb
 from service.audio.fade import fade_out_payload
 from service.audio.framer import silence_frame
-from service.call.audio_out import OutFrame
+from service.call.audio_out import FrameWord, OutFrame
 from service.call.turn import Turn, Turns
 from service.paced_sender import PacedSender
 from service.pacing import Action, ActionKind
@@ -50,13 +50,24 @@ class Release:
         if not any(t.active and t is not produced and t.segments.qsize() for t in self.turns.live):
             self.sender.finish()
 
-    async def last_frame_pushed(self, turn: Turn, last: OutFrame | None) -> None:
-        """The producer pushed every frame of `turn`: the release of `last` ends the turn, or now if none waits."""
+    async def last_frame_pushed(self, turn: Turn, last: OutFrame | None, words: list[FrameWord] = ()) -> None:  # type: ignore[assignment]
+        """The producer pushed every frame of `turn`: the release of `last` ends the turn, or now if none waits.
+        `words` (timed at the end of the audio) go out with `last`, or now."""
         if last is not None and turn.pending_frames > 0:
             last.last = True
             last.text_pos = len(turn.text)
+            last.words.extend(words)
         else:
+            if words and last is not None:
+                await self._send_words(turn, turn.last_pts_end_ms - self.s.frame_ms, words)
             await self.turn_done(turn)
+
+    async def _send_words(self, turn: Turn, frame_pts_ms: int, words: list[FrameWord]) -> None:
+        await self.outbox.write(pb.ServerEvent(words=pb.WordTimestamps(turn_id=turn.turn_id, words=[
+            pb.WordTiming(text=turn.text[w.start_char:w.end_char], start_char=w.start_char, end_char=w.end_char,
+                          start_pts_ms=frame_pts_ms + round(w.offset_ms),
+                          end_pts_ms=frame_pts_ms + round(w.offset_ms + w.duration_ms))
+            for w in words])))
 
     def drop_turn(self, turn: Turn) -> None:
         """A failed turn: drop its unreleased frames, keep the others."""
@@ -128,6 +139,8 @@ class Release:
         # NOTE: account for the frame before awaiting the write: the producer may decide the turn is done
         # (no frame pending) while this write is in progress.
         turn.frame_released(end_ms, frame.text_pos, speech=not frame.silence, now=self.clock(), fade_out=frame.fade_out)
+        if frame.words:  # before the frame that carries their first audio
+            await self._send_words(turn, action.pts_ms, frame.words)
         await self.outbox.write(pb.ServerEvent(audio=pb.AudioFrame(
             payload=frame.payload, seq=action.seq, pts_ms=action.pts_ms, duration_ms=s.frame_ms,
             turn_id=turn.turn_id, silence=frame.silence,

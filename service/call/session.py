@@ -19,7 +19,7 @@ from service.call.turn import Turns
 from service.errors import InvalidArgument, SessionExpired
 from service.paced_sender import PacedSender
 from service.pacing import Pacer
-from service.session import SessionSettings, negotiate
+from service.session import RATE_NOT_APPLIED, SessionSettings, negotiate, rate_not_applied
 from service.telemetry import bind_call
 from service.version import VERSION
 
@@ -64,6 +64,9 @@ class CallSession:
         self.settings = negotiate(
             config.audio, config.pacing, config.voice, config.preroll_ms, config.language, config.lexicon,
             config.normalization, seed, self.deps.voices, self.cfg, self.default_pacing,
+            word_timestamps=config.word_timestamps,
+            volume_db=config.volume_db if config.HasField("volume_db") else None,
+            speaking_rate=config.speaking_rate if config.HasField("speaking_rate") else None,
         )
         if self.settings.lexicon:
             try:  # validate the lexicon once, at the start, so a bad entry fails the call cleanly
@@ -113,6 +116,8 @@ class CallSession:
         s = self.configure((await self._first_event(events)).config)
         self.tel.configured(s)  # telemetry
         await self.outbox.write(self._started(s))
+        if s.speaking_rate != 1.0:
+            await self.outbox.warn(RATE_NOT_APPLIED, rate_not_applied(s.speaking_rate, "speaking_rate"))
         self.release = Release(s, self.turns, self.outbox, self.deps.clock, self.tel)
         pacer: Pacer[OutFrame] = Pacer(
             s.frame_ms, s.lead_ms, mode=s.pacing, clock=self.deps.clock,

@@ -18,8 +18,10 @@ from models.frontend.segmenter import Segment
 from service import figures
 from service.call.outbox import Outbox
 from service.call.turn import Turn
+from service.call.words import SegmentWords
 from service.errors import in_call
 from service.session import SessionSettings
+from service.timestamps import AlignmentCursor, WordTime
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +66,12 @@ class Synthesis:
         self.tel = telemetry
         self._segments = 0
 
-    async def segment(self, turn: Turn, seg: Segment) -> AsyncIterator[tuple[np.ndarray, int]]:
-        """(samples float32 [N] at the voice's rate, turn text position they reach) per engine chunk, in order.
+    async def segment(self, turn: Turn, seg: Segment) -> AsyncIterator[tuple[np.ndarray, int, list[WordTime]]]:
+        """(samples float32 [N] at the voice's rate, turn text position they reach, words timed) per chunk, in order.
+
+        The text position is the heard-text rule (AlignmentCursor). With word timestamps on, the words come with
+        turn-text spans and sample times from the segment's start, and audio that may hold a word not timed
+        yet is held back until it is (SegmentWords), so a word never comes after its first audio.
 
         Nothing when the frontend finds nothing to say (a warning is sent) or the turn ended meanwhile. Raises
         TurnFailed (turn-scoped) or the call-ending ServiceError. Use under contextlib.aclosing: closing it
@@ -101,6 +107,10 @@ class Synthesis:
         seg_tel.submitted(request.request_id)  # telemetry
         first_arrival_s: float | None = None
         received_s = 0.0
+        cursor = AlignmentCursor(result.id_source)
+        words = (SegmentWords(seg.text, result.phones, result.id_source, seg.start, self.s.voice.step_samples)
+                 if self.s.word_timestamps else None)
+        pos = seg.start
         try:
             async for event in stream:
                 if not isinstance(event, AudioChunk):
@@ -113,12 +123,16 @@ class Synthesis:
                 turn.chunk_received(lateness_s)
                 seg_tel.chunk(lateness_s, event.duration_s)  # telemetry
                 received_s += event.duration_s
-                pos = seg.start
-                if len(event.input_positions):
-                    pos = seg.start + result.spoken_chars(int(max(event.input_positions)) + 1)
+                pos = min(seg.end, seg.start + cursor.advance(event.input_positions))
+                samples, timed = event.samples, []
+                if words is not None:
+                    samples, timed = words.push(event.start_sample, event.samples, event.input_positions)
                 held_s = self.deps.clock()
-                yield event.samples, min(pos, seg.end)
+                yield samples, pos if words is None else words.released_chars(pos), timed
                 seg_tel.held(self.deps.clock() - held_s)  # telemetry: time held back downstream is not synthesis
+            if words is not None:  # the segment's audio ended: its words are all timed, its text all spoken
+                samples, timed = words.finish()
+                yield samples, seg.end, timed
         except EngineError as exc:
             log.warning("call %s turn %s: segment failed: %r", self.session_id, turn.turn_id, exc)
             raise in_call(exc, repr(seg.text)) from None

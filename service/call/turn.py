@@ -52,6 +52,8 @@ class Turn:
     pending_frames: int = 0  # frames pushed to the pacer and not yet released or dropped
     cleared_reply_pending: bool = False  # cleared waits for the release of the fade-out frame
     dropped_frames: int = 0
+    options: object = None  # the TurnOptions of the delta that opened it (pb.TurnOptions), or None
+    volume_db: float | None = None  # TurnOptions.volume_db; None = the session's
 
     # ------------------------------------------------------------------ state
 
