@@ -506,6 +506,11 @@ def test_image_invariants(name):
             for s in src:
                 assert (REPO / s).exists(), s
                 assert f"!{s.split('/')[0]}/" in ignore or f"!{s}" in ignore or f"!{Path(s).parent}/" in ignore, s
+    # every package the project installs is in the image (a package left out breaks `voxpool` inside it)
+    packages = re.search(r"include = \[(.*?)\]", pyproject).group(1)
+    copied = {a.split()[0] for stage in build for a in _args(stage, "COPY") if not a.startswith("--from")}
+    for pkg in re.findall(r'"(\w+)\*"', packages):
+        assert pkg in copied, f"{name}: COPY {pkg} ./{pkg} before pip install (pyproject installs it)"
 
 
 def test_cpu_image_base_and_index():
