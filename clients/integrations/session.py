@@ -77,6 +77,8 @@ class _Turn:
     origin_pts_ms: int | None = None   # pts of the turn's first audio frame
     chunk_start_pts_ms: int | None = None
     held_words: list = field(default_factory=list)  # proto word timings waiting for the first audio frame
+    covered_char: int = 0  # server word timings: the turn text handed out so far ends here
+    last_end_s: float = 0.0
     done: bool = False
 
 
@@ -262,6 +264,8 @@ class VoxpoolSession:
             turn = self._turns.pop(ev.turn_id, None)
             if turn is not None:
                 turn.done = True
+                if isinstance(ev, TurnDone):
+                    await self._emit_tail(ev.turn_id, turn)
         elif isinstance(ev, TurnError):
             turn = self._turns.get(ev.turn_id)
             if turn is not None:
@@ -270,11 +274,28 @@ class VoxpoolSession:
         await self.handler(ev)
 
     async def _emit_server_words(self, turn_id: str, turn: _Turn, words: list) -> None:
+        """The server times words only: the text between two words (punctuation, spaces) goes with the next word,
+        so the words joined give back the turn's text, as the mark-timed words do."""
         origin = turn.origin_pts_ms or 0
-        out = tuple(TimedWord(w.text, w.start_char, w.end_char, max(0, w.start_pts_ms - origin) / 1000.0,
-                              max(0, w.end_pts_ms - origin) / 1000.0) for w in words)
+        out = []
+        for w in words:
+            start_char = min(turn.covered_char, w.start_char)
+            text = turn.text[start_char:w.end_char] if w.end_char <= len(turn.text) else w.text
+            turn.covered_char = max(turn.covered_char, w.end_char)
+            turn.last_end_s = max(0, w.end_pts_ms - origin) / 1000.0
+            out.append(TimedWord(text, start_char, w.end_char, max(0, w.start_pts_ms - origin) / 1000.0,
+                                 turn.last_end_s))
         if out:
-            await self.handler(TurnWords(turn_id, out))
+            await self.handler(TurnWords(turn_id, tuple(out)))
+
+    async def _emit_tail(self, turn_id: str, turn: _Turn) -> None:
+        """A completed turn's text after its last timed word (closing punctuation), at that word's end."""
+        if not self._server_words or turn.origin_pts_ms is None or turn.covered_char >= len(turn.text):
+            return
+        tail = TimedWord(turn.text[turn.covered_char:], turn.covered_char, len(turn.text), turn.last_end_s,
+                         turn.last_end_s)
+        turn.covered_char = len(turn.text)
+        await self.handler(TurnWords(turn_id, (tail,)))
 
     async def _on_word_mark(self, ev: MarkReached) -> None:
         turn = self._turns.get(ev.turn_id)
