@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from typing import TYPE_CHECKING, Callable
 
 from protos.voxpool.v1 import tts_pb2 as pb
@@ -63,11 +65,16 @@ class Release:
             await self.turn_done(turn)
 
     async def _send_words(self, turn: Turn, frame_pts_ms: int, words: list[FrameWord]) -> None:
-        await self.outbox.write(pb.ServerEvent(words=pb.WordTimestamps(turn_id=turn.turn_id, words=[
-            pb.WordTiming(text=turn.text[w.start_char:w.end_char], start_char=w.start_char, end_char=w.end_char,
-                          start_pts_ms=frame_pts_ms + round(w.offset_ms),
-                          end_pts_ms=frame_pts_ms + round(w.offset_ms + w.duration_ms))
-            for w in words])))
+        """A word's start is floored to the millisecond so it lies inside the frame that carries its first sample
+        (rounding put a start at 19.6 ms into a 20 ms frame on the next frame's pts: a word sent with a frame
+        that a clear then ended, at the Cleared's last_pts_ms, as if unheard)."""
+        timings = []
+        for w in words:
+            start_ms = frame_pts_ms + math.floor(w.offset_ms)
+            timings.append(pb.WordTiming(
+                text=turn.text[w.start_char:w.end_char], start_char=w.start_char, end_char=w.end_char,
+                start_pts_ms=start_ms, end_pts_ms=max(start_ms, frame_pts_ms + round(w.offset_ms + w.duration_ms))))
+        await self.outbox.write(pb.ServerEvent(words=pb.WordTimestamps(turn_id=turn.turn_id, words=timings)))
 
     def drop_turn(self, turn: Turn) -> None:
         """A failed turn: drop its unreleased frames, keep the others."""
