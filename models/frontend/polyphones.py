@@ -192,6 +192,8 @@ def _rule(c: str, word: str, k: int, wi: int, texts: Sequence[str], clause: str,
 
     ``alone``: the character is a word of its own or its word has no phrase-table reading.
     """
+    if c not in _RULE_CHARS:
+        return None
     prev_c = clause[i - 1] if i > 0 else ""
     # The word before the character: the previous jieba word, or the start of its own word.
     prev_word = word[:k] if k > 0 else (texts[wi - 1] if wi > 0 else "")
@@ -247,6 +249,10 @@ def _rule(c: str, word: str, k: int, wi: int, texts: Sequence[str], clause: str,
             if (prev_c and prev_c in prevs) or (next_c and next_c in nexts):
                 return reading
     return None
+
+
+#: Every character some rule below reads (the others are skipped at once: the rules run on every character).
+_RULE_CHARS = frozenset(SURNAMES) | frozenset(NEIGHBOUR_RULES) | frozenset("得地了还长卡量空着数调为")
 
 
 def _de(prev_word: str, next_word: str, clause: str, i: int) -> str | None:
