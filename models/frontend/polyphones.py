@@ -62,6 +62,12 @@ _COMPLEMENT_NEXT = frozenset("太很非常好对不更真特别正及清快慢�
 #: 说得这么清楚, 卖得差不多了, 长得像, 说得没错, 解决得怎么样 — a question of degree asks for the complement):
 #: a modal 得 is followed by a verb instead (报销得有发票).
 _COMPLEMENT_NEXT_WORDS = ("有些", "有点", "这么", "那么", "多么", "差不多", "像", "跟", "比", "没", "怎么样", "怎样", "如何")
+#: Stative words that jieba's dictionary tags as verbs but that, after V得, are the complement (安排得周到,
+#: 玩得开心, 来得准时, 讲得明白): a modal 得 takes an action verb instead (得扣除, 得经过, 得有).
+_STATIVE_AFTER_DE = frozenset(("开心", "满意", "周到", "到位", "飞快", "准时", "舒服", "明白", "放心", "值"))
+#: What may follow an adjective that is the complement of V得: the end of the clause, a comparative amount or a
+#: particle (写得详细一些, 来得准时吗, 讲得明白了).
+_AFTER_COMPLEMENT = ("一些", "一点", "些", "点", "了", "的", "极了", "多", "吗", "呢", "吧", "啊")
 #: One-character potential complements after V得 (听得懂, 看得见, 办得完, 拿得动): de5, not the modal.
 _POTENTIAL_COMPLEMENTS = frozenset("懂见完起动下上出开过住着透够成清")
 #: What directly follows 还 the verb "give back" (还了, 还上, 还完, 要还的, 还吗): the adverb 还 "still, also"
@@ -92,8 +98,8 @@ _MODAL_NEXT = (
     "亲自", "携带", "填", "核", "留", "提前", "准备", "确认", "联系", "考虑",
     "由", "一次", "满足", "经过", "通过", "按", "符合", "缴", "付", "签", "附", "预约", "排队", "登记", "支付", "申请",
 )
-#: A line of jieba's dict.txt ("word freq tag") whose tag is an adjective's.
-_ADJECTIVE_LINE = re.compile(r"^(\S+) \d+ (?:a|ad|an|z)$", re.MULTILINE)
+#: A line of jieba's dict.txt ("word freq tag") whose tag is an adjective's or an idiom's.
+_ADJECTIVE_LINE = re.compile(r"^(\S+) \d+ (?:a|ad|an|z|i|l)$", re.MULTILINE)
 _PLACE_AFTER_DEDAO = ("现场", "柜台", "网点", "营业", "窗口", "派出所", "医院", "银行", "社区", "附近", "指定", "当地")
 
 
@@ -278,10 +284,15 @@ def _de(prev_word: str, next_word: str, clause: str, i: int) -> str | None:
         return "de5" if _potential_liao(clause, i + 1) else None  # 拿得了吗 (de5 liao3); 得了一等奖 (de2)
     if (
         next_word[0] in _COMPLEMENT_NEXT or next_word.startswith(_COMPLEMENT_NEXT_WORDS)
-        or next_word in jieba_adjectives() or next_word in _POTENTIAL_COMPLEMENTS
+        or next_word in _POTENTIAL_COMPLEMENTS
         or clause[i + 1:i + 2] == clause[i + 2:i + 3]  # 写得清清楚楚, 装得满满的
     ):
         return "de5"
+    if next_word in jieba_adjectives() or next_word in _STATIVE_AFTER_DE:
+        # An adjective that ends the predicate is the complement (写得详细一些, 解释得一清二楚); one followed by
+        # a verb modifies that verb, after a modal 得 (材料得仔细核对, 得直接去柜台).
+        after = clause[i + 1 + len(next_word):]
+        return "de5" if not after or after.startswith(_AFTER_COMPLEMENT) else "dei3"
     return "dei3"
 
 
@@ -296,7 +307,8 @@ def _potential_liao(clause: str, i: int) -> bool:
 
 @lru_cache(maxsize=1)
 def jieba_adjectives() -> frozenset[str]:
-    """Words jieba's dictionary tags as adjectives (a, ad, an, z): a complement 得 is followed by one (写得详细).
+    """Words jieba's dictionary tags as adjectives (a, ad, an, z) or idioms (i, l): what a complement 得 is followed
+    by (写得详细, 说得一清二楚, 弄得乱七八糟).
 
     Read once from the dictionary file jieba ships (its part-of-speech column); empty when jieba is absent.
     """

@@ -121,6 +121,9 @@ def test_malformed_rows_are_refused_with_the_line_number(line: str) -> None:
         ("这台机器得定期保养。", "得", "dei3"),
         ("这件事还真得您本人来。", "得", "dei3"),
         ("请把地址写得详细一些。", "得", "de5"),  # adjective (详细: ad)
+        ("工作人员解释得一清二楚。", "得", "de5"),  # an idiom describes the result (一清二楚: l)
+        ("这次服务安排得周到吗？", "得", "de5"),  # a stative word jieba tags as a verb
+        ("这些材料得仔细核对。", "得", "dei3"),  # an adjective before a verb modifies it: modal 得
         ("账单出得比平时晚。", "得", "de5"),  # comparative 比
         ("您说得没错。", "得", "de5"),
         ("问题解决得怎么样？", "得", "de5"),  # a question of degree asks for the complement
@@ -166,7 +169,7 @@ def test_context_readings(fe: MandarinFrontend, text: str, char: str, expected: 
 
 def test_adjective_tags_come_from_jiebas_dictionary() -> None:
     adjectives = jieba_adjectives()
-    assert {"详细", "清楚", "严重"} <= adjectives
+    assert {"详细", "清楚", "严重", "一清二楚", "乱七八糟"} <= adjectives
     assert not {"满足", "提供", "先", "您"} & adjectives  # verbs, adverbs and pronouns follow a modal 得
 
 
