@@ -7,7 +7,8 @@ rules below, which look at the neighbouring characters and jieba's word boundari
 * 得 as a word of its own (or in a jieba word with no phrase entry) is the modal "must" (dei3) after a pronoun
   (您得先…), at the start of a clause (…的话，得提供…), or after a subject and before a verb, adverb,
   preposition, pronoun or numeral (报销得有发票, 双方得一起到场); it is the complement marker de5 before an
-  adjective (jieba's a/ad tags: 写得详细), a degree word, 比/没/怎么样 or a one-character potential complement
+  adjective or idiom ending the predicate (jieba's a/ad/an/z/i/l tags: 写得详细一些, but 得仔细核对 is the
+  modal), a degree word, 比/没/怎么样 or a one-character potential complement
   (说得对, 出得比平时晚, 听得懂, 拿得了吗 — whose 了 is liao3). 得到 + a place after a pronoun or at the start of
   a clause is dei3 + dao4 (您得到现场, 得到柜台办理).
 * 地 as a word of its own after a two-character word or a repeated 一-phrase is the adverbial particle de5
@@ -89,8 +90,6 @@ TITLES = ("先生", "女士", "小姐", "老师", "经理", "师傅", "阿姨", 
 #: Characters before a surname that keep it a name (clause start counts too): 请问是单先生, 尊敬的曾先生.
 _BEFORE_NAME = frozenset("是的问好位请叫找给向和与跟对由")
 _PERSON_AFTER_WEI = ("您", "你", "我", "他", "她", "它", "大家", "客户", "用户", "人民", "了", "何", "什么", "此", "广大")
-#: Purposes after a clause-initial 为 ("in order to", wei4): 为保障…, 为方便…
-_PURPOSE_AFTER_WEI = ("保障", "保证", "确保", "保护", "方便", "避免", "防止", "提高", "维护", "满足", "进一步", "更好")
 _PRONOUN_CHARS = frozenset("您你我他她们咱")
 #: Words a modal 得 (dei3) is followed by; a complement 得 (de5) is followed by 很/对/好/及时 … instead.
 _MODAL_NEXT = (
@@ -233,7 +232,7 @@ def _rule(c: str, word: str, k: int, wi: int, texts: Sequence[str], clause: str,
         return "kong4"  # 空着 "leave blank" (the verb kong4; not 空着手 "empty-handed")
     if c == "着" and alone and i >= 2 and prev_c in "不得" and clause[i + 1:i + 2] != "急":
         return "zhao2"  # 睡不着, 用得着: the potential complement zhao2
-    if c == "数" and alone and clause[i - 2:i] == "数一" and i >= 2:
+    if c == "数" and alone and i >= 2 and clause[i - 2:i] == "数一":
         return "shu3"  # the second 数 of 数一数 (V一V)
     if c == "数" and alone and clause[i + 1:i + 2] in _NUMERAL_CHARS and clause[i + 2:i + 3] in "遍次下":
         return "shu3"  # 数两遍 (not 数万元)
