@@ -12,9 +12,10 @@ from .explain import Explanation
 _CHECK_RE = re.compile(r"^(?P<char>.)(?:=(?P<lexical>[a-zv]+[1-5]))?(?:~(?P<spoken>[a-zv]+[1-5]))?$")
 #: Character classes reported separately (everything else is counted under its own character).
 SANDHI_CLASS = "sandhi"
-#: dev: rules and the domain word list may be tuned on it; heldout, heldout2: scored, never tuned on
-#: (heldout2 was written before the second round of rule changes, see docs/frontend.md).
-SPLITS = ("dev", "heldout", "heldout2")
+#: dev: rules and the domain word list may be tuned on it; heldout, heldout2, heldout3, heldout4: scored, never
+#: tuned on (heldout2 was written before the second round of rule changes, heldout3 before the third, heldout4
+#: after the third round's rules were committed; docs/frontend.md).
+SPLITS = ("dev", "heldout", "heldout2", "heldout3", "heldout4")
 
 
 class EvalSetError(ValueError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -10,6 +11,7 @@ from .explain import Explanation, explain_words
 from .g2p import LayeredLexicon, Lexicon, LexiconError, Word, assign_pinyin, has_pinyin, lexicon_word
 from .lexicon_file import LexiconStore
 from .normalize import NormalizationError, NormalizedText, NormalizeOptions, Span, normalize
+from .polyphones import jieba_adjectives
 from .prosody import (
     MARK_STRENGTH,
     PAUSE_MARKS,
@@ -128,8 +130,11 @@ class MandarinFrontend:
             raise FrontendLexiconError(str(exc)) from None
 
     def warm_up(self) -> float:
-        """Load the word-segmentation dictionary now (else on the first call); returns seconds spent."""
-        return self._segmenter.initialize()
+        """Load the word-segmentation dictionary and the 得 rule's adjective tags now (else on first use); returns seconds spent."""
+        t0 = time.perf_counter()
+        self._segmenter.initialize()
+        jieba_adjectives()
+        return time.perf_counter() - t0
 
     def to_ids(
         self, text: str, spans: Sequence[Span] = (), lexicon: Mapping[str, str] | None = None

@@ -93,7 +93,11 @@ def yi_bu_sandhi(words: Sequence[Word]) -> None:
             and next_c not in MEASURES_AFTER_YI
         ):
             tone = 1
-        elif next_c in _DIGIT_NEXT or next_c in _YI_DATE_NEXT or (next_c == "点" and char(i + 2) in _DIGIT_NEXT):
+        elif (
+            (next_c in _DIGIT_NEXT and next_c != "两")  # 一两天 "a day or two" is a count: yi4 liang3
+            or next_c in _YI_DATE_NEXT or (next_c == "点" and char(i + 2) in _DIGIT_NEXT)
+            or (prev_c == "月" and next_c == "日")  # 一月一日: the day of a date
+        ):
             tone = 1
         elif i + 1 >= n or (si == len(w.pinyin) - 1 and len(w.text) > 1):
             tone = 1

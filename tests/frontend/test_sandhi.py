@@ -65,6 +65,9 @@ CASES = [
     ("一笔一笔", "yi4 bi3 yi4 bi3"),
     ("一单一单", "yi4 dan1 yi4 dan1"),  # even where jieba cuts 单一 as a word
     ("清点一下", "qing1 dian3 yi2 xia4"),  # 点 not after a numeral is no decimal point
+    ("一两天", "yi4 liang3 tian1"),  # 一两 "one or two" is a count (两 is never a digit read out), not 一二三
+    ("一月一日", "yi1 yue4 yi1 ri4"),  # the day of a date is named, like 一号
+    ("对不起", "dui4 bu5 qi3"),  # domain word list: 不 is neutral in 对不起 (pypinyin says bu4)
     # 不
     ("不是", "bu2 shi4"),
     ("不对", "bu2 dui4"),
