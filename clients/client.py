@@ -213,7 +213,54 @@ class Words:
     received_s: float = 0.0
 
 
-Event = Union[Started, Audio, TurnDone, MarkReached, Cleared, ServerWarning, TurnError, Words]
+@dataclass(frozen=True, slots=True)
+class Failover:
+    """Client-side record (never sent by a server): the stream broke mid-turn and this library carried the call to
+    another ready server (FailoverPolicy). One per unfinished turn, delivered just before that turn's first event
+    from the new server. `gap_ms`: REALTIME, the silence the library filled in (flagged Audio frames, paced)
+    between the last audio received before the break and the first audio after it; ASAP, the wall time from the
+    break to the new server's first event. `heard_text` + `resent_text` is the turn's text: the first was heard
+    (whole words, by the word timings, else reached marks), the second was sent to the new server (a word heard
+    only in part included). Media times, seq and turn ids go on as if nothing had happened."""
+
+    turn_id: str
+    gap_ms: int
+    heard_text: str
+    resent_text: str
+    reason: str            # what broke, "UNAVAILABLE: Socket closed"
+    from_session_id: str   # the stream that broke (SessionStarted.session_id; starts with the server's pid in hex)
+    to_session_id: str     # the stream that took over
+    attempts: int          # connection attempts it took (1 = the first worked)
+    received_s: float = 0.0
+
+
+Event = Union[Started, Audio, TurnDone, MarkReached, Cleared, ServerWarning, TurnError, Words, Failover]
+
+
+@dataclass(frozen=True, slots=True)
+class FailoverPolicy:
+    """Failover of Converse calls (VoxpoolClient(failover=...)): when a stream breaks with UNAVAILABLE or a lost
+    connection (or ends without finishing its turns), reopen it on another ready server and resend each unfinished
+    turn's unheard remainder. Attempts are spaced by a backoff doubling from `first_backoff_s` up to
+    `max_backoff_s` (or the server's pushback, when longer), at most `max_attempts` within `timeout_s`; then the
+    call ends with ServerUnavailable. `open_timeout_s` bounds one attempt (config sent → `started`)."""
+
+    enabled: bool = True
+    max_attempts: int = 6
+    first_backoff_s: float = 0.05
+    max_backoff_s: float = 1.0
+    timeout_s: float = 10.0
+    open_timeout_s: float = 5.0
+
+
+FAILOVER_OFF = FailoverPolicy(enabled=False)
+
+
+def failover_policy(value: "bool | FailoverPolicy | None") -> FailoverPolicy:
+    """A FailoverPolicy from the constructor's `failover` argument (True/None: the default policy, False: off)."""
+    if isinstance(value, FailoverPolicy):
+        return value
+    return FAILOVER_OFF if value is False else FailoverPolicy()
 
 
 def _voice_info(v: pb.Voice) -> VoiceInfo:
@@ -289,11 +336,13 @@ def pacing_proto(pacing: str, lead_ms: int | None = None) -> pb.Pacing:
 def session_config(voice: str = "", encoding: str = "PCMU", sample_rate_hz: int = 8000, frame_ms: int = 20,
                    pacing: str = "REALTIME", *, lead_ms: int | None = None, preroll_ms: int = 0,
                    fade_ms: int | None = None, language: str = "", lexicon: Mapping[str, str] | None = None,
-                   one_as_yao: bool | None = None, seed: int | None = None) -> pb.SessionConfig:
+                   one_as_yao: bool | None = None, seed: int | None = None,
+                   word_timestamps: bool = False) -> pb.SessionConfig:
     """The SessionConfig message for Converse (see tts.proto for every field's meaning and default)."""
     cfg = pb.SessionConfig(
         voice=voice, audio=audio_format(encoding, sample_rate_hz, frame_ms, fade_ms),
         pacing=pacing_proto(pacing, lead_ms), preroll_ms=int(preroll_ms), language=language,
+        word_timestamps=bool(word_timestamps),
     )
     if lexicon:
         cfg.lexicon.update(dict(lexicon))
@@ -448,6 +497,9 @@ class VoxpoolClient:
     tls: None/False = plaintext; True = TLS with the system roots; or grpc.ChannelCredentials.
     token: sent as `authorization: Bearer TOKEN` metadata on every call.
     service_config: dict or JSON text; None = DEFAULT_SERVICE_CONFIG; "" = none (pick_first).
+    failover: True (default) = Converse calls survive a lost server (FailoverPolicy; a `Failover` record reports
+    each one); False = a broken stream raises VoxpoolError at once; or a FailoverPolicy. `converse(failover=...)`
+    overrides it per call.
     Use as `async with VoxpoolClient(target) as client:` or call `close()`.
 
     Events are the typed records of this module (Started, Audio, TurnDone, MarkReached, Cleared,
@@ -468,8 +520,9 @@ class VoxpoolClient:
 
     def __init__(self, target: str, *, tls: bool | grpc.ChannelCredentials | None = None, token: str | None = None,
                  service_config: Mapping[str, Any] | str | None = None, keepalive_time_ms: int = KEEPALIVE_TIME_MS,
-                 options: Sequence[tuple[str, Any]] = ()):
+                 options: Sequence[tuple[str, Any]] = (), failover: bool | FailoverPolicy = True):
         self.target = target
+        self.failover = failover_policy(failover)
         opts = channel_options(service_config, keepalive_time_ms=keepalive_time_ms, extra=options)
         if tls:
             creds = grpc.ssl_channel_credentials() if tls is True else tls
@@ -482,6 +535,10 @@ class VoxpoolClient:
     @property
     def channel(self) -> grpc.aio.Channel:
         return self._channel
+
+    def converse_call(self, timeout_s: float | None = None) -> grpc.aio.StreamStreamCall:
+        """A raw Converse call on this client's channel, with its credentials (nothing sent yet)."""
+        return self._stub.Converse(timeout=timeout_s, metadata=self._metadata)
 
     async def close(self) -> None:
         await self._channel.close()
@@ -548,15 +605,22 @@ class VoxpoolClient:
 
     async def converse(self, voice: str = "", encoding: str = "PCMU", sample_rate_hz: int = 8000, frame_ms: int = 20,
                        pacing: str = "REALTIME", *, config: pb.SessionConfig | None = None,
-                       timeout_s: float | None = None, **config_kw: Any) -> Conversation:
+                       timeout_s: float | None = None, failover: bool | FailoverPolicy | None = None,
+                       **config_kw: Any) -> Conversation:
         """Open a Converse stream, send the session config and wait for `started`.
 
         `config` (a ready SessionConfig) wins over the plain arguments; `config_kw` go to `session_config`
-        (lead_ms, preroll_ms, fade_ms, language, lexicon, one_as_yao, seed). `timeout_s` bounds the whole stream.
+        (lead_ms, preroll_ms, fade_ms, language, lexicon, one_as_yao, seed, word_timestamps). `timeout_s` bounds the whole stream
+        (each stream after a failover gets what is left of it). `failover`: None = the client's policy.
         """
         if config is None:
             config = session_config(voice, encoding, sample_rate_hz, frame_ms, pacing, **config_kw)
-        call = self._stub.Converse(timeout=timeout_s, metadata=self._metadata)
+        policy = self.failover if failover is None else failover_policy(failover)
+        if policy.enabled:
+            from clients.failover import FailoverConversation  # it builds on this module's records
+
+            return await FailoverConversation.open(self, config, policy, timeout_s)
+        call = self.converse_call(timeout_s)
         conv = Conversation(call, started=None)  # type: ignore[arg-type]
         try:
             await conv._write(pb.ClientEvent(config=config))
