@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from clients.client import (
+from clients.conversation import (
     Audio,
     Cleared,
     ConversationClosed,
@@ -37,8 +37,13 @@ from clients.client import (
 from clients.heard import HeardTurn
 from protos.voxpool.v1 import tts_pb2 as pb
 
-if TYPE_CHECKING:
-    from clients.client import VoxpoolClient
+if TYPE_CHECKING:  # the client opens these conversations; here it is only called back (converse_call, target)
+    from typing import Protocol
+
+    class VoxpoolClient(Protocol):
+        target: str
+
+        def converse_call(self, timeout_s: float | None = None) -> grpc.aio.StreamStreamCall: ...
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from clients.client import WordTime
+    from clients.conversation import WordTime
 
 
 @dataclass(frozen=True, slots=True)
