@@ -25,6 +25,7 @@ from service.call import CallDeps
 from service.config import ServiceConfig
 from service.errors import Unavailable
 from service.health import Health
+from service.pressure import AllocationWatch
 from service.security import admin_server, build_interceptors, server_credentials, tenant_call_limit
 from service.servicer import TtsServicer, voice_entries
 from service.telemetry import Telemetry
@@ -74,6 +75,9 @@ class VoxpoolServer:
             voices=voice_entries(voices, cfg.voice.default), cfg=cfg, telemetry=self.telemetry,
         )
         self.servicer = TtsServicer(self.deps, self.admission)
+        # reliability: readiness NOT_SERVING while memory or thread allocations fail (calls or engine batches)
+        self.allocations = AllocationWatch(self.health.allocations_failing)
+        self.servicer.on_call_error = self.allocations.observe
         self.cache = getattr(engine, "cache", None)  # cache: engine.audio_cache.AudioCache, None when disabled
         if self.cache is not None:
             self.telemetry.metrics.bind_audio_cache(self.cache.stats)
@@ -149,6 +153,7 @@ class VoxpoolServer:
     async def _watch_engine(self) -> None:
         while True:
             await asyncio.sleep(0.5)
+            await self.allocations.check(self.engine.counters().allocation_failures)
             if self.engine.health() is not EngineHealth.SERVING and not self._stopped.is_set():
                 self.admission.close()
                 await self.health.engine_died()
