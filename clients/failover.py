@@ -54,6 +54,10 @@ LOST_CONNECTION_WORDS = ("rst_stream", "stream removed", "socket closed", "conne
                          "goaway", "failed to connect", "connection refused")
 
 
+# In-band errors that end their turn (the others drop one delta, mark or span and the turn goes on).
+TURN_ENDING_ERRORS = frozenset({"SYNTHESIS_FAILED", "NORMALIZATION_FAILED", "INVALID_SSML"})
+
+
 def lost_connection(err: VoxpoolError) -> bool:
     """True when a status means the server or the path to it is gone (fail over), not that the call was refused."""
     if err.code == grpc.StatusCode.UNAVAILABLE:
@@ -138,6 +142,8 @@ class FailoverConversation(Conversation):
         self._next_seq = 0
         self._last_audio_s: float | None = None  # receipt time of the last frame delivered
         self._wakeup: asyncio.Future | None = None  # set when a sender queues a record for the reader
+        self._eof = False  # the stream ended with OK and nothing was left to do
+        self._breaks_without_audio = 0  # failovers since the last speech frame from a server
         self.session_id = ""
         self.failovers = 0
 
@@ -194,7 +200,7 @@ class FailoverConversation(Conversation):
 
     def _check_open(self) -> None:
         if self._failed is not None:
-            raise self._failed
+            raise self._failed  # failover gave up: the error says why
         if self._ended or self._finished:
             raise ConversationClosed("the conversation is closed (end() was sent or the stream finished)")
 
@@ -202,9 +208,11 @@ class FailoverConversation(Conversation):
         return next((t for t in reversed(self._turns.values()) if t.state == "open"), None)
 
     def _new_turn(self, turn_id: str) -> _Turn:
-        for t in self._turns.values():  # a new turn completes the open ones (turns play in order)
+        for t in list(self._turns.values()):  # a new turn completes the open ones (turns play in order)
             if t.state == "open":
                 t.state = "complete"
+                if not t.on_stream:  # all of it was heard before a failover
+                    self._finish_locally(t)
         self._counter += 1
         turn = _Turn(turn_id or f"t{self._counter}")
         self._turns.pop(turn.turn_id, None)
@@ -222,7 +230,7 @@ class FailoverConversation(Conversation):
                 msg = pb.TextDelta(text=delta, turn_id=turn_id, spans=text_spans(spans))
                 return await self._send(pb.ClientEvent(text=msg))  # refused or ignored by the server: no journal
             turn = self._find(turn_id)
-            if turn is not None and turn.state != "open":  # the server answers UNKNOWN_TURN
+            if turn is not None and turn.state != "open":  # complete: the server answers UNKNOWN_TURN
                 return await self._send(pb.ClientEvent(text=pb.TextDelta(text=delta, turn_id=turn_id)))
             if turn is None:
                 turn = self._new_turn(turn_id)
@@ -257,9 +265,11 @@ class FailoverConversation(Conversation):
                 turn = self._new_turn("")
             if turn is None or turn.state == "ended":
                 return await self._send(pb.ClientEvent(mark=pb.Mark(name=name, turn_id=turn_id)))
-            turn.marks.append((len(turn.heard.text), name))
-            if not turn.on_stream:  # resent with the turn's next text
+            if not turn.on_stream:  # all its text so far was heard (before a failover): the mark is reached
+                self._out.append(MarkReached(name, turn.turn_id, self._next_pts_ms, time.perf_counter()))
+                self._wake_reader()
                 return time.perf_counter()
+            turn.marks.append((len(turn.heard.text), name))
             return await self._send(pb.ClientEvent(mark=pb.Mark(name=name, turn_id=turn.turn_id)))
 
     async def clear(self, turn_id: str = "") -> float:
@@ -273,9 +283,11 @@ class FailoverConversation(Conversation):
     async def end(self) -> float:
         self._check_open()
         async with self._write_lock:
-            for t in self._turns.values():
+            for t in list(self._turns.values()):
                 if t.state == "open":
                     t.state = "complete"
+                if not t.on_stream:  # all of it was heard before a failover
+                    self._finish_locally(t)
             t_sent = await self._send(pb.ClientEvent(end=pb.End()))
             self._ended = True
             if self._stream_live:
@@ -286,7 +298,7 @@ class FailoverConversation(Conversation):
             return t_sent
 
     def cancel(self) -> None:
-        self._finished = True
+        self._finished = True  # reading on raises CANCELLED, as without failover
         for task in (self._reopen_task, self._read_task):
             if task is not None:
                 task.cancel()
@@ -302,59 +314,87 @@ class FailoverConversation(Conversation):
                 self._finished = True
                 raise self._failed
             if self._finished:
-                return None
-            waiting: asyncio.Future
-            if self._reopen_task is not None:
-                waiting = self._reopen_task
-            else:
-                if self._read_task is None:
-                    self._read_task = asyncio.ensure_future(self._call.read())
-                waiting = self._read_task
-            self._wakeup = asyncio.get_running_loop().create_future()
-            done, _ = await asyncio.wait({waiting, self._wakeup}, timeout=self._silence_due_in_s(),
-                                         return_when=asyncio.FIRST_COMPLETED)
-            self._wakeup = None
-            if waiting not in done:
-                if not done:
-                    self._out.append(self._silence_frame())
-                continue
-            if waiting is self._reopen_task:
-                self._reopen_task = None
-                exc = waiting.exception()
-                if exc is not None:
-                    self._failed = exc if isinstance(exc, VoxpoolError) else VoxpoolError(
-                        grpc.StatusCode.UNAVAILABLE, f"failover failed: {exc!r}")
-                    self._call.cancel()
-                continue
-            self._read_task = None
+                if self._eof:
+                    return None
+                raise VoxpoolError(grpc.StatusCode.CANCELLED, "the conversation was cancelled")
             try:
-                msg = waiting.result()
+                msg = await self._next_message()
             except grpc.aio.AioRpcError as err:
                 self._on_broken(error_from_rpc(err))
                 continue
             except asyncio.InvalidStateError:
                 self._on_broken(VoxpoolError(grpc.StatusCode.UNAVAILABLE, "the stream closed"))
                 continue
+            if msg is None:  # a silence frame was queued, the reopen ended, or a sender queued a record
+                continue
             if msg is grpc.aio.EOF:
                 code = await self._call.code()
                 if code != grpc.StatusCode.OK:
                     self._on_broken(VoxpoolError(code, await self._call.details() or ""))
-                    continue
-                if any(t.unfinished for t in self._turns.values()):
+                elif self._pending_on_server():
                     self._on_broken(VoxpoolError(grpc.StatusCode.UNAVAILABLE,
                                                  "the stream ended before its turns finished"))
-                    continue
-                self._finished = True
-                return None
+                else:
+                    self._finished = self._eof = True  # queued records still go out first
+                continue
             self._accept(event_from_proto(msg, time.perf_counter()))
+
+    def _pending_on_server(self) -> bool:
+        """A turn the current server still owes audio or an answer for."""
+        return any(t.unfinished and t.on_stream for t in self._turns.values())
+
+    async def _next_message(self) -> Any:
+        """The live stream's next message; None when, instead, a silence frame fell due, the reopen ended or a sender
+        queued a record. The plain read is the fast path: no gap, no reopen, no turn waiting on a local record."""
+        if self._reopen_task is None and self._gap is None and self._read_task is None \
+                and all(t.on_stream for t in self._turns.values()):
+            return await self._call.read()
+        waiting: asyncio.Future
+        if self._reopen_task is not None:
+            waiting = self._reopen_task
+        else:
+            if self._read_task is None:
+                self._read_task = asyncio.ensure_future(self._call.read())
+            waiting = self._read_task
+        self._wakeup = asyncio.get_running_loop().create_future()
+        try:
+            done, _ = await asyncio.wait({waiting, self._wakeup}, timeout=self._silence_due_in_s(),
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._wakeup = None
+        if waiting not in done:
+            if not done:
+                self._out.append(self._silence_frame())
+            return None
+        if waiting is self._reopen_task:
+            self._reopen_task = None
+            exc = waiting.exception()
+            if exc is not None:
+                self._failed = exc if isinstance(exc, VoxpoolError) else VoxpoolError(
+                    grpc.StatusCode.UNAVAILABLE, f"failover failed: {exc!r}")
+                self._call.cancel()
+            return None
+        self._read_task = None
+        return waiting.result()
+
+    def _wake_reader(self) -> None:
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
 
     def _on_broken(self, err: VoxpoolError) -> None:
         """The stream broke: fail over when the connection was lost, else end the call with the error."""
         if self._finished or not lost_connection(err):
             self._failed = err
             return
-        if self._ended and not any(t.unfinished for t in self._turns.values()):
-            self._finished = True  # everything was said and heard: only the final OK was lost
+        if self._ended and not self._pending_on_server():
+            self._finished = self._eof = True  # everything was said and heard: only the final OK was lost
+            return
+        self._breaks_without_audio += 1
+        if self._breaks_without_audio > self._policy.max_attempts:  # servers that take the call, then drop it
+            self._failed = ServerUnavailable(
+                grpc.StatusCode.UNAVAILABLE,
+                f"failover gave up: the stream broke {self._breaks_without_audio} times in a row without any audio "
+                f"(last: {err.code.name}: {err.details})")
             return
         now = time.perf_counter()
         frame_s = self.started.frame_ms / 1000.0
@@ -461,14 +501,14 @@ class FailoverConversation(Conversation):
             if turn.clear_sent:  # the clear was sent, its answer lost: nothing of it plays any more
                 self._out.append(Cleared(turn.turn_id, self._next_pts_ms, text[:heard], text[heard:], 0,
                                          time.perf_counter()))
-                turn.state = "ended"
+                self._turn_ended(turn)
                 continue
-            gap.records.append((turn.turn_id, text[:heard], text[heard:]))
-            if heard >= len(text):
+            if heard >= len(text):  # all of it was heard: nothing to resend, no gap in it
                 turn.on_stream = False
                 if turn.state == "complete":
                     self._finish_locally(turn)
                 continue
+            gap.records.append((turn.turn_id, text[:heard], text[heard:]))
             turn.on_stream = True
             cursor = heard
             for pos, name in sorted(turn.marks):
@@ -492,10 +532,15 @@ class FailoverConversation(Conversation):
 
     def _finish_locally(self, turn: _Turn) -> None:
         """A turn whose audio was all heard before a failover: its TurnDone, built here (server counters 0)."""
-        turn.state = "ended"
         self._out.append(TurnDone(turn.turn_id, 0, turn.speech_ms, 0, 0, 0, time.perf_counter()))
-        if self._wakeup is not None and not self._wakeup.done():
-            self._wakeup.set_result(None)
+        self._turn_ended(turn)
+        self._wake_reader()
+
+    def _turn_ended(self, turn: _Turn) -> None:
+        """Done, cleared or failed: the server forgets it (its id may open a new turn), and so does the journal."""
+        turn.state = "ended"
+        if self._turns.get(turn.turn_id) is turn:
+            del self._turns[turn.turn_id]
 
     def _end_gap(self) -> None:
         """The new stream's first event: its media clock continues the caller's; report the gap per turn."""
@@ -529,6 +574,8 @@ class FailoverConversation(Conversation):
             self._next_pts_ms = out.pts_ms + out.duration_ms
             self._next_seq = out.seq + 1
             self._last_audio_s = ev.received_s
+            if not out.silence:
+                self._breaks_without_audio = 0
             if turn is not None:
                 turn.heard.audio(out.pts_ms, out.duration_ms, out.silence)
                 turn.speech_ms += 0 if out.silence else out.duration_ms
@@ -552,14 +599,14 @@ class FailoverConversation(Conversation):
             out = Cleared(ev.turn_id, ev.last_pts_ms + off, prefix + ev.text_spoken, ev.text_remaining,
                           ev.dropped_audio_ms, ev.received_s)
             if turn is not None:
-                turn.state = "ended"
+                self._turn_ended(turn)
         elif isinstance(ev, TurnDone):
             if turn is not None:
-                turn.state = "ended"
                 if turn.failovers:
                     out = TurnDone(ev.turn_id, ev.ttfa_ms, turn.speech_ms, ev.underruns, ev.late_chunks, ev.chunks,
                                    ev.received_s)
+                self._turn_ended(turn)
         elif isinstance(ev, TurnError):
-            if turn is not None:
-                turn.state = "ended"
+            if turn is not None and ev.code in TURN_ENDING_ERRORS:
+                self._turn_ended(turn)
         self._out.append(out)

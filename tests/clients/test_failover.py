@@ -142,3 +142,79 @@ async def test_no_server_left_ends_the_call_with_a_clear_error():
 
             with pytest.raises(ServerUnavailable, match="failover gave up after 3 attempt"):
                 await asyncio.wait_for(cut_after_speech(conv, proxy, 10, then=gone), WAIT_S)
+
+
+async def test_queued_turns_and_their_marks_are_resent_in_order():
+    async with running_server(decoder_steps=60) as server, TcpProxy(server.port) as proxy:
+        async with VoxpoolClient(proxy.target, service_config="") as client:
+            conv = await asyncio.wait_for(client.converse(pacing="REALTIME"), WAIT_S)
+            await conv.send_text(TEXT, turn_id="a")
+            await conv.send_text("请稍候。", turn_id="b")  # opens b: a is complete, b plays after it
+            await conv.mark("mb", turn_id="b")
+            await conv.send_text("好的。", turn_id="b")
+            await conv.flush("b")
+            await conv.end()
+            events = await asyncio.wait_for(cut_after_speech(conv, proxy, 90), WAIT_S)
+    records = {e.turn_id: e for e in events if isinstance(e, Failover)}
+    assert set(records) == {"a", "b"}
+    assert records["b"].heard_text == "" and records["b"].resent_text == "请稍候。好的。"
+    order = [(type(e).__name__, e.turn_id) for e in events if isinstance(e, (TurnDone, MarkReached))]
+    assert order == [("TurnDone", "a"), ("MarkReached", "b"), ("TurnDone", "b")]
+    assert_contiguous(events)
+    turn_of_audio = [e.turn_id for e in events if isinstance(e, Audio) and not e.silence]
+    assert turn_of_audio == sorted(turn_of_audio)  # a's audio, then b's: never interleaved
+
+
+def test_sync_client_fails_over_too():
+    import threading
+
+    from clients.client import SyncVoxpoolClient
+
+    async def serve(ready, stop):
+        async with running_server(decoder_steps=60) as server, TcpProxy(server.port) as proxy:
+            ready.append(proxy)
+            while not stop.is_set():
+                await asyncio.sleep(0.05)
+
+    ready, stop = [], threading.Event()
+    t = threading.Thread(target=lambda: asyncio.run(serve(ready, stop)), daemon=True)
+    t.start()
+    try:
+        while not ready:
+            stop.wait(0.05)
+        proxy = ready[0]
+        with SyncVoxpoolClient(proxy.target, service_config="") as client:
+            conv = client.converse(pacing="REALTIME")
+            conv.send_text(TEXT)
+            conv.flush()
+            conv.end()
+            events, speech = [], 0
+            for ev in conv:
+                events.append(ev)
+                if isinstance(ev, Audio) and not ev.silence:
+                    speech += 1
+                    if speech == 90:
+                        proxy._server.get_loop().call_soon_threadsafe(proxy.sever)
+        assert sum(isinstance(e, Failover) for e in events) == 1
+        assert sum(isinstance(e, TurnDone) for e in events) == 1
+    finally:
+        stop.set()
+        t.join(30)
+
+
+async def test_a_server_that_drops_every_stream_is_given_up_on():
+    policy = FailoverPolicy(max_attempts=3, first_backoff_s=0.01)
+    async with running_server(decoder_steps=60) as server, TcpProxy(server.port) as proxy:
+        async with VoxpoolClient(proxy.target, service_config="", failover=policy) as client:
+            conv = await asyncio.wait_for(client.converse(pacing="REALTIME"), WAIT_S)
+            await conv.send_text(TEXT)
+            await conv.flush()
+            events = []
+
+            async def read():
+                async for ev in conv:
+                    events.append(ev)
+                    if isinstance(ev, Audio) and not ev.silence or isinstance(ev, Failover):
+                        proxy.sever()  # the first audio, then every new stream as soon as it speaks
+            with pytest.raises(ServerUnavailable, match="in a row without any audio"):
+                await asyncio.wait_for(read(), WAIT_S)
