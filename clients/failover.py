@@ -398,7 +398,8 @@ class FailoverConversation(Conversation):
             return
         now = time.perf_counter()
         frame_s = self.started.frame_ms / 1000.0
-        playing = next((t.turn_id for t in self._turns.values() if t.unfinished and t.state != "ended"), None)
+        playing = next((t.turn_id for t in self._turns.values()  # the first turn with something left to hear
+                        if t.unfinished and t.heard.heard_chars() < len(t.heard.text)), None)
         first_due = max(now, self._last_audio_s + frame_s) if self._last_audio_s is not None else now
         self._gap = _Gap(now, first_due, f"{err.code.name}: {err.details}", self.session_id, playing)
         self._stream_live = False
@@ -444,6 +445,9 @@ class FailoverConversation(Conversation):
             try:
                 started = await asyncio.wait_for(self._handshake(call), policy.open_timeout_s)
                 break
+            except asyncio.CancelledError:  # the application cancelled the conversation
+                call.cancel()
+                raise
             except (VoxpoolError, asyncio.TimeoutError) as exc:
                 call.cancel()
                 err = exc if isinstance(exc, VoxpoolError) else VoxpoolError(
@@ -569,8 +573,9 @@ class FailoverConversation(Conversation):
         base = turn.base_char if turn is not None else 0
         out: Any = ev
         if isinstance(ev, Audio):
-            out = Audio(ev.payload, ev.seq + self._seq_offset, ev.pts_ms + off, ev.duration_ms, ev.turn_id,
-                        ev.silence, ev.received_s)
+            if off or self._seq_offset:  # after a failover: on the caller's clock
+                out = Audio(ev.payload, ev.seq + self._seq_offset, ev.pts_ms + off, ev.duration_ms, ev.turn_id,
+                            ev.silence, ev.received_s)
             self._next_pts_ms = out.pts_ms + out.duration_ms
             self._next_seq = out.seq + 1
             self._last_audio_s = ev.received_s

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 
+import grpc
 import pytest
 
 from clients.client import (Audio, Cleared, Failover, FailoverPolicy, MarkReached, ServerUnavailable, TurnDone,
                             VoxpoolClient, VoxpoolError, Words)
+from protos.voxpool.v1 import tts_pb2 as pb
+from protos.voxpool.v1 import tts_pb2_grpc
 from tests.integrations.conftest import TcpProxy
-from tests.service.conftest import running_server
+from tests.service.conftest import config_event, running_server
 
 TEXT = "您好，这里是客户服务中心。您的业务正在办理中，请不要挂机。我们马上为您转接人工服务。"
 WAIT_S = 60
@@ -202,19 +205,34 @@ def test_sync_client_fails_over_too():
         t.join(30)
 
 
+class DroppingTts(tts_pb2_grpc.TtsServicer):
+    """Takes every call (`started`), then drops it with UNAVAILABLE before any audio: a crash-looping backend."""
+
+    def __init__(self):
+        self.calls = 0
+
+    async def Converse(self, request_iterator, context):
+        self.calls += 1
+        await request_iterator.__anext__()  # the config
+        yield pb.ServerEvent(started=pb.SessionStarted(session_id=f"drop-{self.calls}", frame_bytes=160,
+                                                       effective_config=config_event().config))
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "backend crashed")
+
+
 async def test_a_server_that_drops_every_stream_is_given_up_on():
     policy = FailoverPolicy(max_attempts=3, first_backoff_s=0.01)
-    async with running_server(decoder_steps=60) as server, TcpProxy(server.port) as proxy:
-        async with VoxpoolClient(proxy.target, service_config="", failover=policy) as client:
+    server = grpc.aio.server()
+    servicer = DroppingTts()
+    tts_pb2_grpc.add_TtsServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with VoxpoolClient(f"127.0.0.1:{port}", service_config="", failover=policy) as client:
             conv = await asyncio.wait_for(client.converse(pacing="REALTIME"), WAIT_S)
             await conv.send_text(TEXT)
             await conv.flush()
-            events = []
-
-            async def read():
-                async for ev in conv:
-                    events.append(ev)
-                    if isinstance(ev, Audio) and not ev.silence or isinstance(ev, Failover):
-                        proxy.sever()  # the first audio, then every new stream as soon as it speaks
-            with pytest.raises(ServerUnavailable, match="in a row without any audio"):
-                await asyncio.wait_for(read(), WAIT_S)
+            with pytest.raises(ServerUnavailable, match="broke 4 times in a row without any audio"):
+                await asyncio.wait_for(cut_after_speech(conv, None, 10**6), WAIT_S)
+        assert servicer.calls == 4  # the first stream and three failovers
+    finally:
+        await server.stop(0)
