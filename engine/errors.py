@@ -16,7 +16,7 @@ def is_allocation_failure(exc: BaseException | None) -> bool:
     while exc is not None and seen < 8:
         if isinstance(exc, MemoryError):
             return True
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOMEM, errno.EAGAIN):
+        if isinstance(exc, OSError) and exc.errno == errno.ENOMEM:  # (EAGAIN is BlockingIOError: not this)
             return True
         if isinstance(exc, RuntimeError) and any(w in str(exc).lower() for w in _ALLOCATION_WORDS):
             return True

@@ -98,3 +98,7 @@ async def test_engine_batch_that_cannot_allocate_takes_readiness_off_until_it_wo
         await readiness_becomes(server.port, SERVING)  # the fault fired once: the probe works, nothing fails
         rec = await gateway_call(ts, realtime_config(), text_event("您好。"), end_event(), timeout_s=30)
         assert rec.code == grpc.StatusCode.OK and rec.of("turn_done")
+
+
+def test_a_would_block_error_is_not_an_allocation_failure():
+    assert not is_allocation_failure(BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable"))
