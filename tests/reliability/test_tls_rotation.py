@@ -108,3 +108,50 @@ async def test_a_rewrite_that_does_not_load_keeps_the_last_good_certificate(tls_
         async with channel(server.port, old[0]) as ch:
             assert await list_voices(ch) == grpc.StatusCode.OK
         assert server.certificates.reloads == 0
+
+
+async def test_sighup_to_a_real_process_rotates_its_certificate(tls_files, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from models.voices.bundle import save_voice_dir, tiny_voice
+    from tests.service.test_drain import REPO, free_port
+
+    config, old, install = tls_files
+    rotated = new_server_cert("CA after rotation")
+    voice_dir = save_voice_dir(tiny_voice(decoder_steps=20), tmp_path / "voices" / "tiny")
+    port = free_port()
+    env = {**os.environ, "VOXPOOL_CACHE": str(tmp_path / "cache"),
+           "VOXPOOL__SECURITY__TLS_CERT_FILE": config["security"]["tls_cert_file"],
+           "VOXPOOL__SECURITY__TLS_KEY_FILE": config["security"]["tls_key_file"]}
+    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--voice", str(voice_dir), "--port",
+                             str(port)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # up once the old certificate is served
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            async with channel(port, old[0]) as ch:
+                if await list_voices(ch) == grpc.StatusCode.OK:
+                    break
+            assert time.monotonic() < deadline, "server did not come up"
+            await asyncio.sleep(0.3)
+        install(rotated)
+        proc.send_signal(signal.SIGHUP)  # its handler reloads at once (and logs it, asserted below)
+
+        async def rotated_served() -> None:
+            while True:
+                async with channel(port, rotated[0]) as ch:
+                    if await list_voices(ch) == grpc.StatusCode.OK:
+                        return
+                await asyncio.sleep(0.1)
+
+        await asyncio.wait_for(rotated_served(), 30)
+        async with channel(port, old[0]) as stale:
+            assert await list_voices(stale) == grpc.StatusCode.UNAVAILABLE
+    finally:
+        proc.kill()
+        out = proc.stdout.read() if proc.stdout else ""
+    assert "SIGHUP: TLS certificate reloaded" in out, out[-3000:]
