@@ -8,11 +8,40 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import grpc
 
+# The records, errors and Conversation live in clients/conversation.py; they are imported from here as before.
+from clients.conversation import (  # noqa: F401
+    FAILOVER_OFF,
+    Audio,
+    Cleared,
+    ClientConfigError,
+    Conversation,
+    ConversationClosed,
+    Event,
+    Failover,
+    FailoverPolicy,
+    InvalidRequest,
+    MarkReached,
+    ServerBusy,
+    ServerUnavailable,
+    ServerWarning,
+    Started,
+    TurnDone,
+    TurnError,
+    VoiceInfo,
+    VoxpoolError,
+    WordTime,
+    Words,
+    _voice_info,
+    error_from_rpc,
+    event_from_proto,
+    failover_policy,
+    text_spans,
+)
+from clients.failover import FailoverConversation
 from protos.voxpool.v1 import tts_pb2 as pb
 from protos.voxpool.v1 import tts_pb2_grpc
 
@@ -29,233 +58,6 @@ KEEPALIVE_TIMEOUT_MS = 10_000
 
 ENCODINGS = {"PCMU": pb.AudioFormat.PCMU, "PCMA": pb.AudioFormat.PCMA, "L16": pb.AudioFormat.L16}
 PACINGS = {"REALTIME": pb.Pacing.REALTIME, "ASAP": pb.Pacing.ASAP}
-
-
-# ---------------------------------------------------------------------------------------------
-# Errors
-# ---------------------------------------------------------------------------------------------
-
-
-class ClientConfigError(ValueError):
-    """A bad argument caught on the client before anything was sent (unknown encoding, pacing, ...)."""
-
-
-class VoxpoolError(Exception):
-    """A call ended with a non-OK gRPC status. `retry_after_ms` carries the server's pushback, if any."""
-
-    def __init__(self, code: grpc.StatusCode, details: str, retry_after_ms: int | None = None):
-        super().__init__(f"{code.name}: {details}")
-        self.code = code
-        self.details = details
-        self.retry_after_ms = retry_after_ms
-
-
-class ServerUnavailable(VoxpoolError):
-    """UNAVAILABLE: no server reachable (or every one is draining / not ready)."""
-
-
-class InvalidRequest(VoxpoolError):
-    """INVALID_ARGUMENT: the server rejected the config or the request; `details` says what to fix."""
-
-
-class ServerBusy(VoxpoolError):
-    """RESOURCE_EXHAUSTED: the server is full; retry after `retry_after_ms`."""
-
-
-class ConversationClosed(RuntimeError):
-    """An event was sent on a conversation after `end()` or after the stream finished."""
-
-
-_ERROR_TYPES = {
-    grpc.StatusCode.UNAVAILABLE: ServerUnavailable,
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidRequest,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: ServerBusy,
-}
-
-
-def error_from_rpc(err: grpc.aio.AioRpcError | grpc.RpcError) -> VoxpoolError:
-    """The typed VoxpoolError for a gRPC error (reads `grpc-retry-pushback-ms` from the trailers)."""
-    code = err.code() if callable(getattr(err, "code", None)) else grpc.StatusCode.UNKNOWN
-    details = (err.details() if callable(getattr(err, "details", None)) else str(err)) or ""
-    retry_after_ms = None
-    trailers = err.trailing_metadata() if callable(getattr(err, "trailing_metadata", None)) else None
-    for key, value in trailers or ():
-        if key == "grpc-retry-pushback-ms":
-            try:
-                retry_after_ms = int(value)
-            except (TypeError, ValueError):
-                pass
-    return _ERROR_TYPES.get(code, VoxpoolError)(code, details, retry_after_ms)
-
-
-# ---------------------------------------------------------------------------------------------
-# Server events as small typed records (each with `received_s`, time.perf_counter() at receipt)
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class VoiceInfo:
-    """A voice offered by the server (ListVoices, SessionStarted.voice)."""
-
-    name: str
-    language: str
-    sample_rate_hz: int
-    license: str
-    description: str
-    is_default: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Started:
-    """First event of a stream: what the server will actually do. `raw` is the SessionStarted message
-    (effective_config with every default filled in, limits)."""
-
-    session_id: str
-    voice: str
-    encoding: str  # "PCMU" | "PCMA" | "L16"
-    sample_rate_hz: int
-    frame_ms: int
-    frame_bytes: int
-    pacing: str  # "REALTIME" | "ASAP"
-    lead_ms: int
-    server_version: str
-    voice_info: VoiceInfo
-    raw: pb.SessionStarted = field(repr=False, compare=False)
-    received_s: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class Audio:
-    """One frame, exactly `duration_ms` long; `silence` marks pre-roll and underrun fill (still audio to play)."""
-
-    payload: bytes
-    seq: int
-    pts_ms: int
-    duration_ms: int
-    turn_id: str
-    silence: bool
-    received_s: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class TurnDone:
-    """All of a flushed turn's audio was released; the numbers are the server's view."""
-
-    turn_id: str
-    ttfa_ms: int
-    audio_ms: int
-    underruns: int
-    late_chunks: int
-    chunks: int
-    received_s: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class MarkReached:
-    """The audio up to a Mark was released."""
-
-    name: str
-    turn_id: str
-    pts_ms: int
-    received_s: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class Cleared:
-    """Answer to Clear (one per cleared turn)."""
-
-    turn_id: str
-    last_pts_ms: int
-    text_spoken: str
-    text_remaining: str
-    dropped_audio_ms: int
-    received_s: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class ServerWarning:
-    """Something was ignored or adjusted; the turn goes on."""
-
-    code: str
-    message: str
-    turn_id: str
-    received_s: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class TurnError:
-    """A turn failed in-band (its remaining text was dropped); the call goes on. `code` is the Error.Code name."""
-
-    code: str
-    message: str
-    turn_id: str
-    retryable: bool
-    received_s: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class WordTime:
-    """One word of a turn: its code-point span in the turn's text and its media time (AudioFrame.pts_ms clock)."""
-
-    text: str
-    start_char: int
-    end_char: int
-    start_pts_ms: int
-    end_pts_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class Words:
-    """Word timings of a turn (SessionConfig.word_timestamps), sent before the audio they describe."""
-
-    turn_id: str
-    words: tuple[WordTime, ...]
-    received_s: float = 0.0
-
-
-Event = Union[Started, Audio, TurnDone, MarkReached, Cleared, ServerWarning, TurnError, Words]
-
-
-def _voice_info(v: pb.Voice) -> VoiceInfo:
-    return VoiceInfo(v.name, v.language, v.sample_rate_hz, v.license, v.description, v.is_default)
-
-
-def event_from_proto(msg: pb.ServerEvent, received_s: float = 0.0) -> Event:
-    """Convert one ServerEvent into its typed record; raises ValueError on an empty event."""
-    kind = msg.WhichOneof("event")
-    if kind == "audio":
-        a = msg.audio
-        return Audio(a.payload, a.seq, a.pts_ms, a.duration_ms, a.turn_id, a.silence, received_s)
-    if kind == "started":
-        s = msg.started
-        cfg = s.effective_config
-        return Started(
-            session_id=s.session_id, voice=cfg.voice,
-            encoding=pb.AudioFormat.Encoding.Name(cfg.audio.encoding), sample_rate_hz=cfg.audio.sample_rate_hz,
-            frame_ms=cfg.audio.frame_ms, frame_bytes=s.frame_bytes, pacing=pb.Pacing.Mode.Name(cfg.pacing.mode),
-            lead_ms=cfg.pacing.lead_ms, server_version=s.server_version, voice_info=_voice_info(s.voice),
-            raw=s, received_s=received_s,
-        )
-    if kind == "turn_done":
-        d = msg.turn_done
-        return TurnDone(d.turn_id, d.ttfa_ms, d.audio_ms, d.underruns, d.late_chunks, d.chunks, received_s)
-    if kind == "mark_reached":
-        m = msg.mark_reached
-        return MarkReached(m.name, m.turn_id, m.pts_ms, received_s)
-    if kind == "cleared":
-        c = msg.cleared
-        return Cleared(c.turn_id, c.last_pts_ms, c.text_spoken, c.text_remaining, c.dropped_audio_ms, received_s)
-    if kind == "warning":
-        w = msg.warning
-        return ServerWarning(w.code, w.message, w.turn_id, received_s)
-    if kind == "error":
-        e = msg.error
-        return TurnError(pb.Error.Code.Name(e.code), e.message, e.turn_id, e.retryable, received_s)
-    if kind == "words":
-        w = msg.words
-        return Words(w.turn_id, tuple(WordTime(x.text, x.start_char, x.end_char, x.start_pts_ms, x.end_pts_ms)
-                                      for x in w.words), received_s)
-    raise ValueError("ServerEvent carries no event")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,11 +91,13 @@ def pacing_proto(pacing: str, lead_ms: int | None = None) -> pb.Pacing:
 def session_config(voice: str = "", encoding: str = "PCMU", sample_rate_hz: int = 8000, frame_ms: int = 20,
                    pacing: str = "REALTIME", *, lead_ms: int | None = None, preroll_ms: int = 0,
                    fade_ms: int | None = None, language: str = "", lexicon: Mapping[str, str] | None = None,
-                   one_as_yao: bool | None = None, seed: int | None = None) -> pb.SessionConfig:
+                   one_as_yao: bool | None = None, seed: int | None = None,
+                   word_timestamps: bool = False) -> pb.SessionConfig:
     """The SessionConfig message for Converse (see tts.proto for every field's meaning and default)."""
     cfg = pb.SessionConfig(
         voice=voice, audio=audio_format(encoding, sample_rate_hz, frame_ms, fade_ms),
         pacing=pacing_proto(pacing, lead_ms), preroll_ms=int(preroll_ms), language=language,
+        word_timestamps=bool(word_timestamps),
     )
     if lexicon:
         cfg.lexicon.update(dict(lexicon))
@@ -302,18 +106,6 @@ def session_config(voice: str = "", encoding: str = "PCMU", sample_rate_hz: int 
     if seed is not None:
         cfg.seed = int(seed)
     return cfg
-
-
-def text_spans(spans: Sequence[tuple[int, int, str]] | None) -> list[pb.TextSpan]:
-    """[(start, end, "TELEPHONE"), ...] → TextSpan messages (kind names as in TextSpan.Kind)."""
-    out = []
-    for start, end, kind in spans or ():
-        try:
-            k = pb.TextSpan.Kind.Value(str(kind).upper())
-        except ValueError:
-            raise ClientConfigError(f"unknown span kind {kind!r}") from None
-        out.append(pb.TextSpan(start=int(start), end=int(end), kind=k))
-    return out
 
 
 def channel_options(service_config: Mapping[str, Any] | str | None = None, *,
@@ -342,100 +134,6 @@ def channel_options(service_config: Mapping[str, Any] | str | None = None, *,
 # ---------------------------------------------------------------------------------------------
 
 
-class Conversation:
-    """One Converse stream (one call leg). Obtain it from `VoxpoolClient.converse()`.
-
-    Send with `send_text`, `flush`, `mark`, `clear`, `end` (each returns time.perf_counter() right after the
-    message was handed to gRPC); read the server's events with `async for event in conversation` (typed
-    records: Audio, TurnDone, MarkReached, Cleared, ServerWarning, TurnError). The iteration ends when the
-    server closes the stream with OK (after `end()`, once every turn drained) and raises VoxpoolError on any
-    other status. Reading and sending may happen in different tasks. `started` is the SessionStarted record.
-    """
-
-    def __init__(self, call: grpc.aio.StreamStreamCall, started: Started):
-        self._call = call
-        self.started = started
-        self._ended = False
-        self._finished = False
-
-    async def _write(self, event: pb.ClientEvent) -> float:
-        if self._ended or self._finished:
-            raise ConversationClosed("the conversation is closed (end() was sent or the stream finished)")
-        try:
-            await self._call.write(event)
-        except grpc.aio.AioRpcError as err:
-            self._finished = True
-            raise error_from_rpc(err) from None
-        except asyncio.InvalidStateError:
-            self._finished = True
-            raise ConversationClosed("the stream already finished") from None
-        return time.perf_counter()
-
-    async def send_text(self, delta: str, turn_id: str = "",
-                        spans: Sequence[tuple[int, int, str]] | None = None) -> float:
-        """Append text to a turn (empty turn_id: the open turn, or a new one)."""
-        delta_msg = pb.TextDelta(text=delta, turn_id=turn_id, spans=text_spans(spans))
-        return await self._write(pb.ClientEvent(text=delta_msg))
-
-    async def flush(self, turn_id: str = "") -> float:
-        """The turn's text is complete: synthesize the rest now."""
-        return await self._write(pb.ClientEvent(flush=pb.Flush(turn_id=turn_id)))
-
-    async def mark(self, name: str, turn_id: str = "") -> float:
-        """A named position at the turn's current end of text; answered by MarkReached."""
-        return await self._write(pb.ClientEvent(mark=pb.Mark(name=name, turn_id=turn_id)))
-
-    async def clear(self, turn_id: str = "") -> float:
-        """Barge-in: stop a turn (empty: every turn) now; answered by Cleared."""
-        return await self._write(pb.ClientEvent(clear=pb.Clear(turn_id=turn_id)))
-
-    async def end(self) -> float:
-        """No more input: the server drains every turn, then closes the stream with OK."""
-        t = await self._write(pb.ClientEvent(end=pb.End()))
-        self._ended = True
-        try:
-            await self._call.done_writing()
-        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
-            pass  # the status surfaces on the reading side
-        return t
-
-    def cancel(self) -> None:
-        """Abandon the stream now (the server sees CANCELLED and frees the call)."""
-        self._finished = True
-        self._call.cancel()
-
-    async def next_event(self) -> Event | None:
-        """The next event, or None once the stream ended with OK."""
-        try:
-            msg = await self._call.read()
-        except grpc.aio.AioRpcError as err:
-            self._finished = True
-            raise error_from_rpc(err) from None
-        if msg is grpc.aio.EOF:
-            self._finished = True
-            code = await self._call.code()
-            if code != grpc.StatusCode.OK:
-                raise VoxpoolError(code, await self._call.details() or "")
-            return None
-        return event_from_proto(msg, time.perf_counter())
-
-    def __aiter__(self) -> "Conversation":
-        return self
-
-    async def __anext__(self) -> Event:
-        ev = await self.next_event()
-        if ev is None:
-            raise StopAsyncIteration
-        return ev
-
-    async def __aenter__(self) -> "Conversation":
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        if not self._finished:
-            self.cancel()
-
-
 class VoxpoolClient:
     """Async client over one grpc.aio channel (many concurrent calls share it; HTTP/2 multiplexing).
 
@@ -448,6 +146,9 @@ class VoxpoolClient:
     tls: None/False = plaintext; True = TLS with the system roots; or grpc.ChannelCredentials.
     token: sent as `authorization: Bearer TOKEN` metadata on every call.
     service_config: dict or JSON text; None = DEFAULT_SERVICE_CONFIG; "" = none (pick_first).
+    failover: True (default) = Converse calls survive a lost server (FailoverPolicy; a `Failover` record reports
+    each one); False = a broken stream raises VoxpoolError at once; or a FailoverPolicy. `converse(failover=...)`
+    overrides it per call.
     Use as `async with VoxpoolClient(target) as client:` or call `close()`.
 
     Events are the typed records of this module (Started, Audio, TurnDone, MarkReached, Cleared,
@@ -468,8 +169,9 @@ class VoxpoolClient:
 
     def __init__(self, target: str, *, tls: bool | grpc.ChannelCredentials | None = None, token: str | None = None,
                  service_config: Mapping[str, Any] | str | None = None, keepalive_time_ms: int = KEEPALIVE_TIME_MS,
-                 options: Sequence[tuple[str, Any]] = ()):
+                 options: Sequence[tuple[str, Any]] = (), failover: bool | FailoverPolicy = True):
         self.target = target
+        self.failover = failover_policy(failover)
         opts = channel_options(service_config, keepalive_time_ms=keepalive_time_ms, extra=options)
         if tls:
             creds = grpc.ssl_channel_credentials() if tls is True else tls
@@ -482,6 +184,10 @@ class VoxpoolClient:
     @property
     def channel(self) -> grpc.aio.Channel:
         return self._channel
+
+    def converse_call(self, timeout_s: float | None = None) -> grpc.aio.StreamStreamCall:
+        """A raw Converse call on this client's channel, with its credentials (nothing sent yet)."""
+        return self._stub.Converse(timeout=timeout_s, metadata=self._metadata)
 
     async def close(self) -> None:
         await self._channel.close()
@@ -548,15 +254,20 @@ class VoxpoolClient:
 
     async def converse(self, voice: str = "", encoding: str = "PCMU", sample_rate_hz: int = 8000, frame_ms: int = 20,
                        pacing: str = "REALTIME", *, config: pb.SessionConfig | None = None,
-                       timeout_s: float | None = None, **config_kw: Any) -> Conversation:
+                       timeout_s: float | None = None, failover: bool | FailoverPolicy | None = None,
+                       **config_kw: Any) -> Conversation:
         """Open a Converse stream, send the session config and wait for `started`.
 
         `config` (a ready SessionConfig) wins over the plain arguments; `config_kw` go to `session_config`
-        (lead_ms, preroll_ms, fade_ms, language, lexicon, one_as_yao, seed). `timeout_s` bounds the whole stream.
+        (lead_ms, preroll_ms, fade_ms, language, lexicon, one_as_yao, seed, word_timestamps). `timeout_s` bounds the whole stream
+        (each stream after a failover gets what is left of it). `failover`: None = the client's policy.
         """
         if config is None:
             config = session_config(voice, encoding, sample_rate_hz, frame_ms, pacing, **config_kw)
-        call = self._stub.Converse(timeout=timeout_s, metadata=self._metadata)
+        policy = self.failover if failover is None else failover_policy(failover)
+        if policy.enabled:
+            return await FailoverConversation.open(self, config, policy, timeout_s)
+        call = self.converse_call(timeout_s)
         conv = Conversation(call, started=None)  # type: ignore[arg-type]
         try:
             await conv._write(pb.ClientEvent(config=config))

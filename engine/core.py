@@ -14,10 +14,11 @@ from engine.config import EngineConfig
 from engine.errors import (
     ConsumerStalled,
     EngineDead,
-    EngineStopped,
     EngineError,
+    EngineStopped,
     InvalidRequest,
     RequestFailed,
+    is_allocation_failure,
 )
 from engine.modules import ModuleRunner, VocodeJob
 from engine.pool import AdmissionGate, RequestPool
@@ -489,6 +490,7 @@ class EngineCore:
             exc_info=exc,
         )
         self._counters.failed_batches += 1
+        self._counters.allocation_failures += is_allocation_failure(exc)  # the server's readiness watches this
         for request in requests:
             if request.status is Status.DONE:
                 continue

@@ -2,6 +2,28 @@
 
 from __future__ import annotations
 
+import errno
+
+# What allocation failures look like when they are not a MemoryError: CPython's thread start, torch's CPU
+# allocator, oneDNN creating a primitive under an address-space limit (docs/reliability.md, chaos table).
+_ALLOCATION_WORDS = ("can't start new thread", "can't allocate memory", "could not create a primitive",
+                     "out of memory", "cannot allocate memory")
+
+
+def is_allocation_failure(exc: BaseException | None) -> bool:
+    """True when `exc`, or an exception it was raised from, says the process could not get memory or a thread."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, MemoryError):
+            return True
+        if isinstance(exc, OSError) and exc.errno == errno.ENOMEM:  # (EAGAIN is BlockingIOError: not this)
+            return True
+        if isinstance(exc, RuntimeError) and any(w in str(exc).lower() for w in _ALLOCATION_WORDS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
 
 class EngineError(Exception):
     """Base class of every error the engine raises or delivers to a stream."""

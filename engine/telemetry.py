@@ -53,6 +53,7 @@ class EngineCounters:
     urgent_iterations: int = 0  # sum over iterations of the urgent count
     deferred_chunks: int = 0  # sum over iterations of deferred ready chunks
     failed_batches: int = 0
+    allocation_failures: int = 0  # failed batches whose error was a failed allocation (memory, a thread)
     audio_samples: int = 0
     max_decode_batch: int = 0
     max_vocode_batch: int = 0

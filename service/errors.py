@@ -100,13 +100,21 @@ def _row(exc: BaseException) -> _Row | None:
     return next((row for row in _table() if isinstance(exc, row.cls)), None)
 
 
+# A call that could not get memory or a thread (an address-space limit, a cgroup near its limit): retryable on
+# another server, and this one's readiness turns NOT_SERVING meanwhile (service/pressure.py).
+OUT_OF_MEMORY = (grpc.StatusCode.UNAVAILABLE,
+                 "the server is out of memory (it could not allocate or start a thread); retry on another server")
+
+
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """The gRPC status and client-facing message for any exception raised while serving a call (the one table)."""
+    from engine.errors import is_allocation_failure
+
     if isinstance(exc, ServiceError):
         return exc.code, exc.message
     row = _row(exc)
     if row is None:
-        return grpc.StatusCode.INTERNAL, "internal error"
+        return OUT_OF_MEMORY if is_allocation_failure(exc) else (grpc.StatusCode.INTERNAL, "internal error")
     return row.code, row.message if row.message is not None else str(exc)
 
 
@@ -115,7 +123,8 @@ def in_call(exc: BaseException, what: str = "") -> ServiceError:
     turn-scoped rows, else the call-ending status. `what` names the text concerned, for the client's message."""
     row = _row(exc)
     if row is None:
-        return Internal("internal error")
+        code, message = status_for(exc)
+        return Unavailable(message) if code == grpc.StatusCode.UNAVAILABLE else Internal(message)
     code, message = status_for(exc)
     if row.turn_error is not None:
         if row.message is None and what:

@@ -9,7 +9,7 @@ from grpc_health.v1 import health, health_pb2
 log = logging.getLogger(__name__)
 
 STARTUP = "voxpool.startup"  # SERVING once the voice is loaded and the engine warmed up
-READINESS = "voxpool.readiness"  # SERVING while warm and not draining (never depends on load)
+READINESS = "voxpool.readiness"  # SERVING while warm, not draining and able to allocate (never depends on load)
 LIVENESS = "voxpool.liveness"  # SERVING while the process and its engine thread are alive
 TTS_SERVICE = "voxpool.v1.Tts"
 OVERALL = ""
@@ -26,13 +26,14 @@ class Health:
         self._started = False
         self._draining = False
         self._engine_alive = True
+        self._allocating = True  # False while memory or thread allocations fail (service/pressure.py)
 
     async def _set(self, name: str, serving: bool) -> None:
         await self.servicer.set(name, SERVING if serving else NOT_SERVING)
 
     async def publish(self) -> None:
         """Push the current state to every name (watchers are notified by the servicer)."""
-        ready = self._started and not self._draining and self._engine_alive
+        ready = self._started and not self._draining and self._engine_alive and self._allocating
         await self._set(STARTUP, self._started)
         await self._set(READINESS, ready)
         await self._set(TTS_SERVICE, ready)
@@ -53,6 +54,11 @@ class Health:
     async def engine_died(self) -> None:
         self._engine_alive = False
         log.error("engine is dead: readiness and liveness now NOT_SERVING")
+        await self.publish()
+
+    async def allocations_failing(self, failing: bool) -> None:
+        """Readiness NOT_SERVING while the process cannot allocate (liveness stays: it may recover by itself)."""
+        self._allocating = not failing
         await self.publish()
 
     @property

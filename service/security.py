@@ -8,7 +8,6 @@ import inspect
 import logging
 import math
 import time
-from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 import grpc
@@ -16,6 +15,7 @@ from google.protobuf.message import DecodeError
 
 from service.config import ConfigError, SecurityConfig, ServiceConfig, TenantLimits
 from service.errors import Overloaded
+from service.tls import ServerCertificates
 from service.tokens import MIN_TOKEN_CHARS, TokenStore, parse_tokens  # noqa: F401 (re-exported)
 
 log = logging.getLogger(__name__)
@@ -35,26 +35,12 @@ def current_tenant() -> str:
 # ---------------------------------------------------------------------- TLS
 
 
-def _read_pem(path: str, key: str) -> bytes:
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"security.{key}: cannot read {path}: {exc.strerror or exc}") from None
-    if b"-----BEGIN " not in data:
-        raise ConfigError(f"security.{key}: {path} is not a PEM file")
-    return data
-
-
-def server_credentials(sec: SecurityConfig) -> grpc.ServerCredentials | None:
-    """TLS credentials for the serving port (None = plaintext); mutual TLS when a client CA is configured."""
+def server_certificates(sec: SecurityConfig) -> ServerCertificates | None:
+    """The serving port's TLS material (None = plaintext), reloadable (service/tls.py); mutual TLS when a client CA
+    is configured. `.credentials()` gives the gRPC server credentials."""
     if not sec.tls_cert_file:
         return None
-    chain = _read_pem(sec.tls_cert_file, "tls_cert_file")
-    key = _read_pem(sec.tls_key_file, "tls_key_file")
-    client_ca = _read_pem(sec.tls_client_ca_file, "tls_client_ca_file") if sec.tls_client_ca_file else None
-    return grpc.ssl_server_credentials(
-        [(key, chain)], root_certificates=client_ca, require_client_auth=client_ca is not None
-    )
+    return ServerCertificates(sec)
 
 
 # ---------------------------------------------------------------------- tenant limits

@@ -25,7 +25,8 @@ from service.call import CallDeps
 from service.config import ServiceConfig
 from service.errors import Unavailable
 from service.health import Health
-from service.security import admin_server, build_interceptors, server_credentials, tenant_call_limit
+from service.pressure import AllocationWatch
+from service.security import admin_server, build_interceptors, server_certificates, tenant_call_limit
 from service.servicer import TtsServicer, voice_entries
 from service.telemetry import Telemetry
 
@@ -74,6 +75,9 @@ class VoxpoolServer:
             voices=voice_entries(voices, cfg.voice.default), cfg=cfg, telemetry=self.telemetry,
         )
         self.servicer = TtsServicer(self.deps, self.admission)
+        # reliability: readiness NOT_SERVING while memory or thread allocations fail (calls or engine batches)
+        self.allocations = AllocationWatch(self.health.allocations_failing)
+        self.servicer.on_call_error = self.allocations.observe
         self.cache = getattr(engine, "cache", None)  # cache: engine.audio_cache.AudioCache, None when disabled
         if self.cache is not None:
             self.telemetry.metrics.bind_audio_cache(self.cache.stats)
@@ -97,6 +101,7 @@ class VoxpoolServer:
                 CacheAdminServicer(self.warmer, self.cache, cfg.cache), self.admin)
         self.admin_port = 0
         self.port = 0
+        self.certificates = None  # service.tls.ServerCertificates once started with TLS
         self._monitor: asyncio.Task | None = None
         self._stopped = asyncio.Event()
         self._reloads: set[asyncio.Task] = set()
@@ -104,9 +109,10 @@ class VoxpoolServer:
     async def start(self) -> int:
         """Bind, warm up the frontend and the engine, then admit calls; returns the bound port."""
         address = f"{self.cfg.server.host}:{self.cfg.server.port}"
-        credentials = server_credentials(self.cfg.security)  # TLS / mutual TLS when configured
-        if credentials is not None:
-            self.port = self.server.add_secure_port(address, credentials)
+        # TLS / mutual TLS when configured; reloaded on SIGHUP and when the files change (service/tls.py)
+        self.certificates = server_certificates(self.cfg.security)
+        if self.certificates is not None:
+            self.port = self.server.add_secure_port(address, self.certificates.credentials())
         else:
             self.port = self.server.add_insecure_port(address)
         if self.admin is not None:
@@ -126,8 +132,15 @@ class VoxpoolServer:
         log.info("voxpool serving on port %d (voices: %s)", self.port, ", ".join(self.deps.voices))
         return self.port
 
+    def request_reload(self) -> None:
+        """SIGHUP handler: reload the TLS certificate (at once; calls in flight keep their connections) and the
+        lexicon file (in the background)."""
+        if self.certificates is not None:
+            self.certificates.reload("SIGHUP")
+        self.request_lexicon_reload()
+
     def request_lexicon_reload(self) -> None:
-        """SIGHUP handler: reload the lexicon file in the background (the task is kept until it ends)."""
+        """Reload the lexicon file in the background (the task is kept until it ends)."""
         task = asyncio.get_running_loop().create_task(self.reload_lexicon())
         self._reloads.add(task)
         task.add_done_callback(self._reloads.discard)
@@ -149,6 +162,7 @@ class VoxpoolServer:
     async def _watch_engine(self) -> None:
         while True:
             await asyncio.sleep(0.5)
+            await self.allocations.check(self.engine.counters().allocation_failures)
             if self.engine.health() is not EngineHealth.SERVING and not self._stopped.is_set():
                 self.admission.close()
                 await self.health.engine_died()
@@ -238,7 +252,7 @@ async def serve(cfg: ServiceConfig, backend: str = "engine") -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, server.request_lexicon_reload)
+    loop.add_signal_handler(signal.SIGHUP, server.request_reload)
     await server.start()
     await stop.wait()
     log.info("signal received: draining")

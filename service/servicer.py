@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import logging
 import os
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import grpc
 
@@ -55,6 +55,7 @@ class TtsServicer(tts_pb2_grpc.TtsServicer):
         self.deps = deps
         self.admission = admission
         self.calls: set[CallSession] = set()
+        self.on_call_error: Callable[[BaseException], None] = lambda exc: None  # the server's AllocationWatch
 
     async def _serve(self, context: grpc.aio.ServicerContext, session: CallSession,
                      events: AsyncIterator[pb.ClientEvent]) -> None:
@@ -69,6 +70,7 @@ class TtsServicer(tts_pb2_grpc.TtsServicer):
                 log.info("call %s cancelled by the client", session.session_id)
             raise
         except Exception as exc:  # every failure ends with a status from the one table
+            self.on_call_error(exc)
             code, _ = status_for(exc)
             if code == grpc.StatusCode.INTERNAL:
                 log.exception("call %s failed", session.session_id)

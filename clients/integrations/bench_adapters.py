@@ -52,7 +52,7 @@ WAIT_S = 60.0
 
 
 async def direct_ttfa_s(target: str) -> float:
-    async with VoxpoolClient(target, service_config="") as client:
+    async with VoxpoolClient(target, service_config="", failover=False) as client:
         conv = await client.converse(encoding="L16", sample_rate_hz=RATE_HZ, pacing="ASAP")
         await conv.send_text(TEXT, "t1")
         t0 = await conv.flush("t1")
@@ -65,7 +65,7 @@ async def direct_ttfa_s(target: str) -> float:
 
 async def direct_barge_s(target: str) -> float:
     """Clear sent → last audio frame of the turn received (REALTIME pacing, as a gateway plays it)."""
-    async with VoxpoolClient(target, service_config="") as client:
+    async with VoxpoolClient(target, service_config="", failover=False) as client:
         conv = await client.converse(encoding="L16", sample_rate_hz=RATE_HZ, pacing="REALTIME")
         await conv.send_text(TEXT, "t1")
         await conv.flush("t1")

@@ -139,7 +139,8 @@ class JambonzGateway:
     def __init__(self, cfg: GatewayConfig, client: VoxpoolClient | None = None):
         self.cfg = cfg
         self._own_client = client is None
-        self.client = client or VoxpoolClient(cfg.voxpool_target)
+        # VoxpoolSession reopens a broken stream itself and tells the caller (StreamBroken): no library failover
+        self.client = client or VoxpoolClient(cfg.voxpool_target, failover=False)
         self.open_legs = 0
         self.app = web.Application(client_max_size=cfg.max_message_bytes)
         self.app.router.add_get(WS_PATH, self.websocket)

@@ -76,7 +76,8 @@ class VoxpoolTTS(tts.TTS):
 
     def client(self) -> VoxpoolClient:
         if self._client is None:
-            self._client = VoxpoolClient(self._target, service_config="")
+            # VoxpoolSession reopens a broken stream itself (StreamBroken → APIConnectionError): no library failover
+            self._client = VoxpoolClient(self._target, service_config="", failover=False)
         return self._client
 
     def shared_session(self) -> VoxpoolSession:

@@ -103,7 +103,8 @@ class VoxpoolTTSService(TTSService):
                 force_treat_as_permanent=True)
             return
         if self._client is None:
-            self._client = VoxpoolClient(self._target, service_config="")
+            # VoxpoolSession reopens a broken stream itself (StreamBroken → ErrorFrame): no library failover
+            self._client = VoxpoolClient(self._target, service_config="", failover=False)
         cfg = session_config(self._voice, "L16", self.sample_rate, 20, self._pacing, lexicon=self._lexicon)
         self._session = VoxpoolSession(self._client, cfg, self._on_session_event)
         try:

@@ -24,6 +24,7 @@ from clients.client import (
     VoxpoolError,
     Words,
 )
+from clients.heard import HeardTurn
 from protos.voxpool.v1 import tts_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -71,13 +72,12 @@ Handler = Callable[[SessionEvent], Awaitable[None]]
 class _Turn:
     """Per-turn bookkeeping for word timing."""
 
-    text: str = ""
+    heard: HeardTurn = field(default_factory=HeardTurn)  # the turn's text and its word pieces
     marks: dict[str, tuple[int, int]] = field(default_factory=dict)
     mark_start_char: int = 0
     origin_pts_ms: int | None = None   # pts of the turn's first audio frame
     chunk_start_pts_ms: int | None = None
     held_words: list = field(default_factory=list)  # proto word timings waiting for the first audio frame
-    covered_char: int = 0  # server word timings: the turn text handed out so far ends here
     last_end_s: float = 0.0
     done: bool = False
 
@@ -151,7 +151,7 @@ class VoxpoolSession:
         assert self._conv is not None
         turn = self._turns.setdefault(turn_id, _Turn())
         await self._guard(self._conv.send_text(text, turn_id))
-        turn.text += text
+        turn.heard.add_text(text)
         if self.word_marks and not self._server_words and text[-1] in BREAK_CHARS:
             await self._mark(turn_id, turn)
 
@@ -209,7 +209,7 @@ class VoxpoolSession:
 
     async def _mark(self, turn_id: str, turn: _Turn, final: bool = False) -> None:
         assert self._conv is not None
-        end = len(turn.text)
+        end = len(turn.heard.text)
         if end <= turn.mark_start_char:
             return
         if not final and self._bucket is not None and not self._bucket.take():
@@ -274,28 +274,25 @@ class VoxpoolSession:
         await self.handler(ev)
 
     async def _emit_server_words(self, turn_id: str, turn: _Turn, words: list) -> None:
-        """The server times words only: the text between two words (punctuation, spaces) goes with the next word,
-        so the words joined give back the turn's text, as the mark-timed words do."""
+        """The server times words only: the text between two words (punctuation, spaces) goes with the next word
+        (HeardTurn.pieces), so the words joined give back the turn's text, as the mark-timed words do."""
         origin = turn.origin_pts_ms or 0
         out = []
-        for w in words:
-            start_char = min(turn.covered_char, w.start_char)
-            text = turn.text[start_char:w.end_char] if w.end_char <= len(turn.text) else w.text
-            turn.covered_char = max(turn.covered_char, w.end_char)
-            turn.last_end_s = max(0, w.end_pts_ms - origin) / 1000.0
-            out.append(TimedWord(text, start_char, w.end_char, max(0, w.start_pts_ms - origin) / 1000.0,
-                                 turn.last_end_s))
+        for piece in turn.heard.pieces(words):
+            turn.last_end_s = max(0, piece.end_pts_ms - origin) / 1000.0
+            out.append(TimedWord(piece.text, piece.start_char, piece.end_char,
+                                 max(0, piece.start_pts_ms - origin) / 1000.0, turn.last_end_s))
         if out:
             await self.handler(TurnWords(turn_id, tuple(out)))
 
     async def _emit_tail(self, turn_id: str, turn: _Turn) -> None:
         """A completed turn's text after its last timed word (closing punctuation), at that word's end."""
-        if not self._server_words or turn.origin_pts_ms is None or turn.covered_char >= len(turn.text):
+        if not self._server_words or turn.origin_pts_ms is None:
             return
-        tail = TimedWord(turn.text[turn.covered_char:], turn.covered_char, len(turn.text), turn.last_end_s,
-                         turn.last_end_s)
-        turn.covered_char = len(turn.text)
-        await self.handler(TurnWords(turn_id, (tail,)))
+        tail = turn.heard.tail(0)
+        if tail is not None:
+            await self.handler(TurnWords(turn_id, (TimedWord(tail.text, tail.start_char, tail.end_char,
+                                                             turn.last_end_s, turn.last_end_s),)))
 
     async def _on_word_mark(self, ev: MarkReached) -> None:
         turn = self._turns.get(ev.turn_id)
@@ -305,7 +302,7 @@ class VoxpoolSession:
         if span is None:
             return
         start, end = span
-        text = turn.text[start:end]
+        text = turn.heard.text[start:end]
         if turn.origin_pts_ms is None:  # no audio for this text (whitespace, punctuation only)
             turn.origin_pts_ms = ev.pts_ms
             turn.chunk_start_pts_ms = ev.pts_ms
