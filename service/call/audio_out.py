@@ -41,6 +41,7 @@ class OutFrame:
     last: bool = False  # last frame of the turn's audio: its release sends turn_done
     fade_out: bool = False  # the faded frame that ends a cleared turn: its release sends cleared
     words: list[FrameWord] = field(default_factory=list)  # words starting here: their timings go out before it
+    pauses: int = 0  # SSML breaks of the turn whose audio ends at or before this frame (marks after them wait)
 
 
 class TurnAudio:
@@ -63,6 +64,7 @@ class TurnAudio:
         self._segment_base = 0  # the turn's voice sample where the current segment starts
         self._audio_frames = 0  # audio frames made (pre-roll not counted)
         self._words: list[tuple[float, float, WordTime]] = []  # timed words not yet on a frame: start, end ms
+        self._pauses = 0  # SSML breaks pushed so far
 
     def begin_segment(self, segment: object = None) -> None:
         """A new segment starts: the word times pushed next count from here; an SSML segment sets its own volume
@@ -74,11 +76,16 @@ class TurnAudio:
     def pause(self, ms: int, text_pos: int, step_ms: int = PAUSE_STEP_MS) -> Iterator[list[OutFrame]]:
         """An SSML <break>: exactly `ms` of silence at the voice's rate, through the same resampler and framer as
         speech (so the turn's audio grows by `ms` within one frame), in steps of `step_ms`: the frames of each
-        step, covering the turn's text up to `text_pos`."""
+        step, covering the turn's text up to `text_pos`; the frame that ends it counts the break as released."""
         total = round(ms * self._voice_rate_hz / 1000)
         step = max(1, round(step_ms * self._voice_rate_hz / 1000))
         for start in range(0, total, step):
-            yield self._push_voice(np.zeros(min(step, total - start), np.float32), text_pos)
+            frames = self._push_voice(np.zeros(min(step, total - start), np.float32), text_pos)
+            if start + step >= total:  # the break's end: its last frame (and every later one) counts it as released
+                self._pauses += 1
+                if frames:
+                    frames[-1].pauses = self._pauses
+            yield frames
 
     def _frames(self, payloads: list[bytes], text_pos: int, last: bool = False) -> list[OutFrame]:
         out: list[OutFrame] = []
@@ -86,7 +93,7 @@ class TurnAudio:
             out = [OutFrame(self._silence, self.turn, 0, silence=True) for _ in range(self._preroll_frames)]
             self._preroll_frames = 0
         for i, p in enumerate(payloads):
-            frame = OutFrame(p, self.turn, text_pos)
+            frame = OutFrame(p, self.turn, text_pos, pauses=self._pauses)
             frame_start_ms = self._audio_frames * self._frame_ms
             self._audio_frames += 1
             end_ms = self._audio_frames * self._frame_ms

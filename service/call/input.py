@@ -177,7 +177,7 @@ class CallInput:
                                     f"more than {self.limits.max_marks_per_turn} pending marks in turn {turn.turn_id}",
                                     turn.turn_id)
             return
-        turn.marks.append((len(turn.text), msg.name))
+        turn.add_mark(len(turn.text), msg.name)
 
     async def on_clear(self, msg: pb.Clear) -> None:
         if msg.turn_id:

@@ -41,11 +41,15 @@ class Turn:
     # Segment (an SSML turn: SsmlSegment, Pause, SsmlWarning, or the SsmlError that refused it), then None when
     # complete or ended
     segments: asyncio.Queue = field(default_factory=asyncio.Queue)
-    marks: list[tuple[int, str]] = field(default_factory=list)  # (text position, name), in order received
+    # (text position, name, breaks before it), in order received: reached once the audio of text[:position] and of
+    # that many of the turn's SSML breaks has been released
+    marks: list[tuple[int, str, int]] = field(default_factory=list)
     streams: set = field(default_factory=set)  # engine OutputStreams in flight
     trigger_s: float | None = None  # when the first segment became synthesizable
     first_audio_s: float | None = None  # release of the first non-silence frame
     released_pos: int = 0  # turn text chars whose audio has been released
+    pauses_queued: int = 0  # SSML breaks queued for the producer
+    released_pauses: int = 0  # SSML breaks whose audio has been released
     audio_frames: int = 0  # non-silence frames released (the fade-out frame of a cleared turn included)
     silence_frames: int = 0  # underrun fill frames released while this turn played
     underruns: int = 0
@@ -78,11 +82,16 @@ class Turn:
         starts the TTFA clock. An SSML turn's marks go to the pending marks."""
         for seg in segments:
             if isinstance(seg, MarkAt):
-                self.marks.append((seg.pos, seg.name))
+                self.add_mark(seg.pos, seg.name)
                 continue
+            self.pauses_queued += isinstance(seg, Pause)
             if self.trigger_s is None and isinstance(seg, (Segment, Pause)):
                 self.trigger_s = now
             self.segments.put_nowait(seg)
+
+    def add_mark(self, pos: int, name: str) -> None:
+        """A mark at text position `pos`, after the breaks queued so far (a mark after a break waits for its end)."""
+        self.marks.append((pos, name, self.pauses_queued))
 
     def read_ssml(self, reader: SsmlTurnText) -> None:
         """The turn's text is one SSML document (TurnOptions.text_format SSML), read by `reader`."""
@@ -183,8 +192,9 @@ class Turn:
         self.pending_frames -= 1
         self.dropped_frames += counted
 
-    def frame_released(self, end_ms: int, text_pos: int, speech: bool, now: float, fade_out: bool = False) -> None:
-        """A queued frame went to the gateway, ending at media time `end_ms`."""
+    def frame_released(self, end_ms: int, text_pos: int, speech: bool, now: float, fade_out: bool = False,
+                       pauses: int = 0) -> None:
+        """A queued frame went to the gateway, ending at media time `end_ms`, after `pauses` SSML breaks."""
         self.pending_frames -= 1
         self.last_pts_end_ms = end_ms
         if speech:
@@ -194,6 +204,7 @@ class Turn:
             if self.first_audio_s is None:
                 self.first_audio_s = now
             self.released_pos = max(self.released_pos, text_pos)
+            self.released_pauses = max(self.released_pauses, pauses)
 
     def fill_released(self, end_ms: int, underrun_start: bool) -> None:
         """An underrun fill (silence) frame went out while this turn played."""
@@ -219,13 +230,15 @@ class Turn:
         ]
 
     def due_marks(self, upto_pos: int | None) -> list[str]:
-        """Names of marks at or before `upto_pos` (None = every mark), removed from the pending list."""
+        """Names of marks at or before `upto_pos` and the breaks released (None = every mark), removed from the
+        pending list."""
         if upto_pos is None:
             due, self.marks = self.marks, []
         else:
-            due = [m for m in self.marks if m[0] <= upto_pos]
-            self.marks = [m for m in self.marks if m[0] > upto_pos]
-        return [name for _, name in due]
+            reached = [m[0] <= upto_pos and m[2] <= self.released_pauses for m in self.marks]
+            due = [m for m, r in zip(self.marks, reached) if r]
+            self.marks = [m for m, r in zip(self.marks, reached) if not r]
+        return [m[1] for m in due]
 
     def queued_chars(self) -> int:
         """Characters waiting to be spoken: text not yet cut into a segment, and segments not yet synthesized."""
