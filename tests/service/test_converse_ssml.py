@@ -2,6 +2,7 @@
 read as the spans and lexicon they stand for, prosody volume, heard text and word timings over the text content."""
 
 import asyncio
+import contextlib
 
 import grpc
 import numpy as np
@@ -37,9 +38,33 @@ def of(events, kind: str) -> list:
     return [getattr(e, kind) for e in events if e.HasField(kind)]
 
 
-def pieces(text: str) -> list[str]:
-    """One delta per code point: the markup split inside every tag, attribute and entity."""
-    return list(text)
+@contextlib.asynccontextmanager
+async def live_call(port: int):
+    """A Converse call fed as the test goes: yields (send(*events), the events received so far); on exit the input
+    closes and the call is read to its end."""
+    async with stub_for(port) as stub:
+        q: asyncio.Queue = asyncio.Queue()
+
+        async def requests():
+            while (e := await q.get()) is not None:
+                yield e
+
+        events: list[pb.ServerEvent] = []
+
+        async def read():
+            async for e in stub.Converse(requests()):
+                events.append(e)
+
+        async def send(*evs: pb.ClientEvent) -> None:
+            for e in evs:
+                await q.put(e)
+
+        reader = asyncio.create_task(read())
+        try:
+            yield send, events
+        finally:
+            await q.put(None)
+            await reader
 
 
 async def test_a_600_ms_break_adds_600_ms_of_silence(tiny_server):
@@ -73,29 +98,10 @@ async def test_markup_split_at_every_code_point_gives_the_same_audio(tiny_server
 
 async def test_segments_are_synthesized_before_the_document_ends(tiny_server):
     """The first sentence plays while the rest of the document has not arrived yet."""
-    async with stub_for(tiny_server.port) as stub:
-        q: asyncio.Queue = asyncio.Queue()
-
-        async def requests():
-            while (e := await q.get()) is not None:
-                yield e
-
-        events: list[pb.ServerEvent] = []
-        call = stub.Converse(requests())
-
-        async def read():
-            async for e in call:
-                events.append(e)
-
-        reader = asyncio.create_task(read())
-        await q.put(config_event(**L16))
-        await q.put(ssml_event("<speak><s>您好，欢迎致电。</s><s>请", "a"))
+    async with live_call(tiny_server.port) as (send, events):
+        await send(config_event(**L16), ssml_event("<speak><s>您好，欢迎致电。</s><s>请", "a"))
         await wait_for(lambda: len(speech(events)) >= 5, 20.0)
-        await q.put(text_event("稍候。</s></speak>", "a"))
-        await q.put(flush_event("a"))
-        await q.put(end_event())
-        await q.put(None)
-        await reader
+        await send(text_event("稍候。</s></speak>", "a"), flush_event("a"), end_event())
     assert of(events, "turn_done") and not of(events, "error")
 
 
@@ -169,31 +175,14 @@ async def test_word_timestamps_refer_to_the_text_content(tiny_server):
 
 async def test_clear_during_a_break_reports_the_heard_text_content(tiny_server):
     doc = '<speak>您好<break time="5s"/><prosody volume="-3dB">欢迎<sub alias="世界卫生组织">WHO</sub></prosody></speak>'
-    async with stub_for(tiny_server.port) as stub:
-        q: asyncio.Queue = asyncio.Queue()
-
-        async def requests():
-            while (e := await q.get()) is not None:
-                yield e
-
-        events: list[pb.ServerEvent] = []
-        call = stub.Converse(requests())
-
-        async def read():
-            async for e in call:
-                events.append(e)
-
-        reader = asyncio.create_task(read())
-        await q.put(config_event(word_timestamps=True, pacing=pb.Pacing.REALTIME, **L16))
-        await q.put(ssml_event(doc, "a"))
-        await q.put(flush_event("a"))
+    async with live_call(tiny_server.port) as (send, events):
+        await send(config_event(word_timestamps=True, pacing=pb.Pacing.REALTIME, **L16), ssml_event(doc, "a"),
+                   flush_event("a"))
         # the tiny voice speaks 您好 for about 1 s: 75 frames (1.5 s) are well into the 5 s break
         await wait_for(lambda: len(speech(events)) >= 75, 20.0)
-        await q.put(pb.ClientEvent(clear=pb.Clear()))
+        await send(pb.ClientEvent(clear=pb.Clear()))
         await wait_for(lambda: bool(of(events, "cleared")), 10.0)
-        await q.put(end_event())
-        await q.put(None)
-        await reader
+        await send(end_event())
     cleared = of(events, "cleared")[0]
     assert (cleared.text_spoken, cleared.text_remaining) == ("您好", "欢迎世界卫生组织")
     assert len(speech(events)) * 20 < 1000 + 5000  # the break did not play out
