@@ -289,11 +289,13 @@ def pacing_proto(pacing: str, lead_ms: int | None = None) -> pb.Pacing:
 def session_config(voice: str = "", encoding: str = "PCMU", sample_rate_hz: int = 8000, frame_ms: int = 20,
                    pacing: str = "REALTIME", *, lead_ms: int | None = None, preroll_ms: int = 0,
                    fade_ms: int | None = None, language: str = "", lexicon: Mapping[str, str] | None = None,
-                   one_as_yao: bool | None = None, seed: int | None = None) -> pb.SessionConfig:
+                   one_as_yao: bool | None = None, seed: int | None = None, word_timestamps: bool = False,
+                   speaking_rate: float | None = None, volume_db: float | None = None) -> pb.SessionConfig:
     """The SessionConfig message for Converse (see tts.proto for every field's meaning and default)."""
     cfg = pb.SessionConfig(
         voice=voice, audio=audio_format(encoding, sample_rate_hz, frame_ms, fade_ms),
         pacing=pacing_proto(pacing, lead_ms), preroll_ms=int(preroll_ms), language=language,
+        word_timestamps=bool(word_timestamps),
     )
     if lexicon:
         cfg.lexicon.update(dict(lexicon))
@@ -301,7 +303,29 @@ def session_config(voice: str = "", encoding: str = "PCMU", sample_rate_hz: int 
         cfg.normalization.one_as_yao = bool(one_as_yao)
     if seed is not None:
         cfg.seed = int(seed)
+    if speaking_rate is not None:
+        cfg.speaking_rate = float(speaking_rate)
+    if volume_db is not None:
+        cfg.volume_db = float(volume_db)
     return cfg
+
+
+TEXT_FORMATS = {"PLAIN": pb.TurnOptions.PLAIN, "SSML": pb.TurnOptions.SSML}
+
+
+def turn_options(text_format: str = "PLAIN", *, speaking_rate: float | None = None,
+                 volume_db: float | None = None) -> pb.TurnOptions:
+    """TurnOptions for the delta that opens a turn (or a Synthesize request): text_format "PLAIN" | "SSML" (any
+    case; SSML: the turn's deltas joined are one SSML document, docs/ssml.md), the turn's rate and volume."""
+    key = str(text_format).upper()
+    if key not in TEXT_FORMATS:
+        raise ClientConfigError(f"unknown text_format {text_format!r}; use PLAIN or SSML")
+    out = pb.TurnOptions(text_format=TEXT_FORMATS[key])
+    if speaking_rate is not None:
+        out.speaking_rate = float(speaking_rate)
+    if volume_db is not None:
+        out.volume_db = float(volume_db)
+    return out
 
 
 def text_spans(spans: Sequence[tuple[int, int, str]] | None) -> list[pb.TextSpan]:
@@ -347,7 +371,7 @@ class Conversation:
 
     Send with `send_text`, `flush`, `mark`, `clear`, `end` (each returns time.perf_counter() right after the
     message was handed to gRPC); read the server's events with `async for event in conversation` (typed
-    records: Audio, TurnDone, MarkReached, Cleared, ServerWarning, TurnError). The iteration ends when the
+    records: Audio, TurnDone, MarkReached, Cleared, ServerWarning, TurnError, Words). The iteration ends when the
     server closes the stream with OK (after `end()`, once every turn drained) and raises VoxpoolError on any
     other status. Reading and sending may happen in different tasks. `started` is the SessionStarted record.
     """
@@ -371,11 +395,26 @@ class Conversation:
             raise ConversationClosed("the stream already finished") from None
         return time.perf_counter()
 
-    async def send_text(self, delta: str, turn_id: str = "",
-                        spans: Sequence[tuple[int, int, str]] | None = None) -> float:
-        """Append text to a turn (empty turn_id: the open turn, or a new one)."""
+    async def send_text(self, delta: str, turn_id: str = "", spans: Sequence[tuple[int, int, str]] | None = None,
+                        *, options: pb.TurnOptions | None = None) -> float:
+        """Append text to a turn (empty turn_id: the open turn, or a new one). `options` (see `turn_options`) are
+        read on the delta that opens the turn: send them there, e.g. turn_options("SSML") for an SSML turn whose
+        document then streams in any pieces."""
         delta_msg = pb.TextDelta(text=delta, turn_id=turn_id, spans=text_spans(spans))
+        if options is not None:
+            delta_msg.turn_options.CopyFrom(options)
         return await self._write(pb.ClientEvent(text=delta_msg))
+
+    async def send_ssml(self, document: str, turn_id: str = "", *, speaking_rate: float | None = None,
+                        volume_db: float | None = None, flush: bool = True) -> float:
+        """Send a whole SSML document as one turn (in deltas of at most Limits.max_delta_chars) and, by default,
+        flush it. Bad SSML comes back as a TurnError with code INVALID_SSML naming the line and column."""
+        options = turn_options("SSML", speaking_rate=speaking_rate, volume_db=volume_db)
+        size = max(1, self.started.raw.limits.max_delta_chars or len(document) or 1)
+        t = 0.0
+        for i in range(0, max(1, len(document)), size):
+            t = await self.send_text(document[i:i + size], turn_id, options=options)
+        return await self.flush(turn_id) if flush else t
 
     async def flush(self, turn_id: str = "") -> float:
         """The turn's text is complete: synthesize the rest now."""
@@ -516,15 +555,22 @@ class VoxpoolClient:
                          frame_ms: int = 20, pacing: str = "ASAP", *, lead_ms: int | None = None,
                          preroll_ms: int = 0, spans: Sequence[tuple[int, int, str]] | None = None,
                          lexicon: Mapping[str, str] | None = None, seed: int | None = None,
-                         timeout_s: float | None = None) -> AsyncIterator[Event]:
-        """Speak one text: yields Started, the Audio frames, then TurnDone (or TurnError).
+                         ssml: bool = False, speaking_rate: float | None = None, volume_db: float | None = None,
+                         word_timestamps: bool = False, timeout_s: float | None = None) -> AsyncIterator[Event]:
+        """Speak one text: yields Started, the Audio frames (with Words before them when `word_timestamps`),
+        then TurnDone (or TurnError). `ssml`: the text is an SSML document (docs/ssml.md).
 
-        Raises VoxpoolError (InvalidRequest, ServerBusy, ServerUnavailable, ...) on a non-OK status.
+        Raises VoxpoolError (InvalidRequest, ServerBusy, ServerUnavailable, ...) on a non-OK status; malformed SSML
+        is InvalidRequest, its details naming the line and column.
         """
         req = pb.SynthesizeRequest(
             text=text, voice=voice, audio=audio_format(encoding, sample_rate_hz, frame_ms),
             spans=text_spans(spans), pacing=pacing_proto(pacing, lead_ms), preroll_ms=int(preroll_ms),
+            word_timestamps=bool(word_timestamps),
         )
+        if ssml or speaking_rate is not None or volume_db is not None:
+            req.options.CopyFrom(turn_options("SSML" if ssml else "PLAIN", speaking_rate=speaking_rate,
+                                              volume_db=volume_db))
         if lexicon:
             req.lexicon.update(dict(lexicon))
         if seed is not None:
@@ -552,7 +598,8 @@ class VoxpoolClient:
         """Open a Converse stream, send the session config and wait for `started`.
 
         `config` (a ready SessionConfig) wins over the plain arguments; `config_kw` go to `session_config`
-        (lead_ms, preroll_ms, fade_ms, language, lexicon, one_as_yao, seed). `timeout_s` bounds the whole stream.
+        (lead_ms, preroll_ms, fade_ms, language, lexicon, one_as_yao, seed, word_timestamps, speaking_rate,
+        volume_db). `timeout_s` bounds the whole stream.
         """
         if config is None:
             config = session_config(voice, encoding, sample_rate_hz, frame_ms, pacing, **config_kw)
@@ -605,8 +652,12 @@ class SyncConversation:
         self._conv = conv
         self.started = conv.started
 
-    def send_text(self, delta: str, turn_id: str = "", spans: Sequence[tuple[int, int, str]] | None = None) -> float:
-        return self._owner._run(self._conv.send_text(delta, turn_id, spans))
+    def send_text(self, delta: str, turn_id: str = "", spans: Sequence[tuple[int, int, str]] | None = None, *,
+                  options: pb.TurnOptions | None = None) -> float:
+        return self._owner._run(self._conv.send_text(delta, turn_id, spans, options=options))
+
+    def send_ssml(self, document: str, turn_id: str = "", **kw: Any) -> float:
+        return self._owner._run(self._conv.send_ssml(document, turn_id, **kw))
 
     def flush(self, turn_id: str = "") -> float:
         return self._owner._run(self._conv.flush(turn_id))
