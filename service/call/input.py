@@ -152,6 +152,7 @@ class CallInput:
             return True
         self.refused = None  # other text: the refused document has ended
         return False
+
     async def on_flush(self, msg: pb.Flush) -> None:
         turn = self.turns.find(msg.turn_id) if msg.turn_id else self.turns.open_turn()
         if self.refused is not None and (turn is self.refused or msg.turn_id == self.refused.turn_id or not msg.turn_id):

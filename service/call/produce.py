@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from models.frontend.segmenter import Segment
 from protos.voxpool.v1 import tts_pb2 as pb
 from service.call.audio_out import TurnAudio
 from service.call.release import Release
 from service.call.synthesis import Synthesis
-from models.frontend.segmenter import Segment
 from service.call.turn import Turn, Turns
 from service.errors import TurnFailed
 from service.session import SessionSettings
