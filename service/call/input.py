@@ -10,7 +10,7 @@ from service.config import LimitsConfig
 from service.errors import InvalidArgument
 from service.session import (RATE_NOT_APPLIED, SessionSettings, checked_speaking_rate, checked_volume_db,
                              rate_not_applied, spans_from_proto)
-from service.ssml import SsmlStream, SsmlTurnText
+from service.ssml import SsmlStream, SsmlTurnText, SsmlWarning
 
 if TYPE_CHECKING:
     from service.call.outbox import Outbox
@@ -140,7 +140,8 @@ class CallInput:
         s = self.settings
         rate = checked["speaking_rate"] if checked["speaking_rate"] is not None else (s.speaking_rate if s else 1.0)
         volume = checked["volume_db"] if checked["volume_db"] is not None else (s.volume_db if s else 0.0)
-        return SsmlTurnText(turn.segmenter, SsmlStream(base_rate=rate, base_volume_db=volume))
+        return SsmlTurnText(turn.segmenter, SsmlStream(base_rate=rate, base_volume_db=volume),
+                            unapplied_rate=_prosody_rate_not_applied)
 
     def _refused_text(self, turn_id: str, turn: Turn | None) -> bool:
         """True for text of the SSML turn refused before its text ended (dropped: the error was reported once),
@@ -192,6 +193,11 @@ class CallInput:
         cleared = [t for t in targets if t.clear()]
         if cleared:
             await self.release.barge_in(cleared)
+
+
+def _prosody_rate_not_applied(rate: float) -> SsmlWarning:
+    """The Warning for an SSML <prosody rate> while the engine speaks at the natural rate only."""
+    return SsmlWarning(RATE_NOT_APPLIED, rate_not_applied(rate, "<prosody rate>"))
 
 
 def turn_options(options: "pb.TurnOptions | None") -> dict:
