@@ -40,6 +40,7 @@ from clients.conversation import (  # noqa: F401
     event_from_proto,
     failover_policy,
     text_spans,
+    turn_options,
 )
 from clients.failover import FailoverConversation
 from protos.voxpool.v1 import tts_pb2 as pb
@@ -91,8 +92,8 @@ def pacing_proto(pacing: str, lead_ms: int | None = None) -> pb.Pacing:
 def session_config(voice: str = "", encoding: str = "PCMU", sample_rate_hz: int = 8000, frame_ms: int = 20,
                    pacing: str = "REALTIME", *, lead_ms: int | None = None, preroll_ms: int = 0,
                    fade_ms: int | None = None, language: str = "", lexicon: Mapping[str, str] | None = None,
-                   one_as_yao: bool | None = None, seed: int | None = None,
-                   word_timestamps: bool = False) -> pb.SessionConfig:
+                   one_as_yao: bool | None = None, seed: int | None = None, word_timestamps: bool = False,
+                   speaking_rate: float | None = None, volume_db: float | None = None) -> pb.SessionConfig:
     """The SessionConfig message for Converse (see tts.proto for every field's meaning and default)."""
     cfg = pb.SessionConfig(
         voice=voice, audio=audio_format(encoding, sample_rate_hz, frame_ms, fade_ms),
@@ -105,6 +106,10 @@ def session_config(voice: str = "", encoding: str = "PCMU", sample_rate_hz: int 
         cfg.normalization.one_as_yao = bool(one_as_yao)
     if seed is not None:
         cfg.seed = int(seed)
+    if speaking_rate is not None:
+        cfg.speaking_rate = float(speaking_rate)
+    if volume_db is not None:
+        cfg.volume_db = float(volume_db)
     return cfg
 
 
@@ -222,15 +227,22 @@ class VoxpoolClient:
                          frame_ms: int = 20, pacing: str = "ASAP", *, lead_ms: int | None = None,
                          preroll_ms: int = 0, spans: Sequence[tuple[int, int, str]] | None = None,
                          lexicon: Mapping[str, str] | None = None, seed: int | None = None,
-                         timeout_s: float | None = None) -> AsyncIterator[Event]:
-        """Speak one text: yields Started, the Audio frames, then TurnDone (or TurnError).
+                         ssml: bool = False, speaking_rate: float | None = None, volume_db: float | None = None,
+                         word_timestamps: bool = False, timeout_s: float | None = None) -> AsyncIterator[Event]:
+        """Speak one text: yields Started, the Audio frames (with Words before them when `word_timestamps`),
+        then TurnDone (or TurnError). `ssml`: the text is an SSML document (docs/ssml.md).
 
-        Raises VoxpoolError (InvalidRequest, ServerBusy, ServerUnavailable, ...) on a non-OK status.
+        Raises VoxpoolError (InvalidRequest, ServerBusy, ServerUnavailable, ...) on a non-OK status; malformed SSML
+        is InvalidRequest, its details naming the line and column.
         """
         req = pb.SynthesizeRequest(
             text=text, voice=voice, audio=audio_format(encoding, sample_rate_hz, frame_ms),
             spans=text_spans(spans), pacing=pacing_proto(pacing, lead_ms), preroll_ms=int(preroll_ms),
+            word_timestamps=bool(word_timestamps),
         )
+        if ssml or speaking_rate is not None or volume_db is not None:
+            req.options.CopyFrom(turn_options("SSML" if ssml else "PLAIN", speaking_rate=speaking_rate,
+                                              volume_db=volume_db))
         if lexicon:
             req.lexicon.update(dict(lexicon))
         if seed is not None:
@@ -259,7 +271,8 @@ class VoxpoolClient:
         """Open a Converse stream, send the session config and wait for `started`.
 
         `config` (a ready SessionConfig) wins over the plain arguments; `config_kw` go to `session_config`
-        (lead_ms, preroll_ms, fade_ms, language, lexicon, one_as_yao, seed, word_timestamps). `timeout_s` bounds the whole stream
+        (lead_ms, preroll_ms, fade_ms, language, lexicon, one_as_yao, seed, word_timestamps, speaking_rate,
+        volume_db). `timeout_s` bounds the whole stream
         (each stream after a failover gets what is left of it). `failover`: None = the client's policy.
         """
         if config is None:
@@ -316,8 +329,12 @@ class SyncConversation:
         self._conv = conv
         self.started = conv.started
 
-    def send_text(self, delta: str, turn_id: str = "", spans: Sequence[tuple[int, int, str]] | None = None) -> float:
-        return self._owner._run(self._conv.send_text(delta, turn_id, spans))
+    def send_text(self, delta: str, turn_id: str = "", spans: Sequence[tuple[int, int, str]] | None = None, *,
+                  options: pb.TurnOptions | None = None) -> float:
+        return self._owner._run(self._conv.send_text(delta, turn_id, spans, options=options))
+
+    def send_ssml(self, document: str, turn_id: str = "", **kw: Any) -> float:
+        return self._owner._run(self._conv.send_ssml(document, turn_id, **kw))
 
     def flush(self, turn_id: str = "") -> float:
         return self._owner._run(self._conv.flush(turn_id))

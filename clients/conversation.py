@@ -287,6 +287,24 @@ def event_from_proto(msg: pb.ServerEvent, received_s: float = 0.0) -> Event:
     raise ValueError("ServerEvent carries no event")
 
 
+TEXT_FORMATS = {"PLAIN": pb.TurnOptions.PLAIN, "SSML": pb.TurnOptions.SSML}
+
+
+def turn_options(text_format: str = "PLAIN", *, speaking_rate: float | None = None,
+                 volume_db: float | None = None) -> pb.TurnOptions:
+    """TurnOptions for the delta that opens a turn (or a Synthesize request): text_format "PLAIN" | "SSML" (any
+    case; SSML: the turn's deltas joined are one SSML document, docs/ssml.md), the turn's rate and volume."""
+    key = str(text_format).upper()
+    if key not in TEXT_FORMATS:
+        raise ClientConfigError(f"unknown text_format {text_format!r}; use PLAIN or SSML")
+    out = pb.TurnOptions(text_format=TEXT_FORMATS[key])
+    if speaking_rate is not None:
+        out.speaking_rate = float(speaking_rate)
+    if volume_db is not None:
+        out.volume_db = float(volume_db)
+    return out
+
+
 def text_spans(spans: Sequence[tuple[int, int, str]] | None) -> list[pb.TextSpan]:
     """[(start, end, "TELEPHONE"), ...] → TextSpan messages (kind names as in TextSpan.Kind)."""
     out = []
@@ -309,7 +327,7 @@ class Conversation:
 
     Send with `send_text`, `flush`, `mark`, `clear`, `end` (each returns time.perf_counter() right after the
     message was handed to gRPC); read the server's events with `async for event in conversation` (typed
-    records: Audio, TurnDone, MarkReached, Cleared, ServerWarning, TurnError). The iteration ends when the
+    records: Audio, TurnDone, MarkReached, Cleared, ServerWarning, TurnError, Words). The iteration ends when the
     server closes the stream with OK (after `end()`, once every turn drained) and raises VoxpoolError on any
     other status. Reading and sending may happen in different tasks. `started` is the SessionStarted record.
     """
@@ -333,11 +351,26 @@ class Conversation:
             raise ConversationClosed("the stream already finished") from None
         return time.perf_counter()
 
-    async def send_text(self, delta: str, turn_id: str = "",
-                        spans: Sequence[tuple[int, int, str]] | None = None) -> float:
-        """Append text to a turn (empty turn_id: the open turn, or a new one)."""
+    async def send_text(self, delta: str, turn_id: str = "", spans: Sequence[tuple[int, int, str]] | None = None,
+                        *, options: pb.TurnOptions | None = None) -> float:
+        """Append text to a turn (empty turn_id: the open turn, or a new one). `options` (see `turn_options`) are
+        read on the delta that opens the turn: send them there, e.g. turn_options("SSML") for an SSML turn whose
+        document then streams in any pieces."""
         delta_msg = pb.TextDelta(text=delta, turn_id=turn_id, spans=text_spans(spans))
+        if options is not None:
+            delta_msg.turn_options.CopyFrom(options)
         return await self._write(pb.ClientEvent(text=delta_msg))
+
+    async def send_ssml(self, document: str, turn_id: str = "", *, speaking_rate: float | None = None,
+                        volume_db: float | None = None, flush: bool = True) -> float:
+        """Send a whole SSML document as one turn (in deltas of at most Limits.max_delta_chars) and, by default,
+        flush it. Bad SSML comes back as a TurnError with code INVALID_SSML naming the line and column."""
+        options = turn_options("SSML", speaking_rate=speaking_rate, volume_db=volume_db)
+        size = max(1, self.started.raw.limits.max_delta_chars or len(document) or 1)
+        t = 0.0
+        for i in range(0, max(1, len(document)), size):
+            t = await self.send_text(document[i:i + size], turn_id, options=options)
+        return await self.flush(turn_id) if flush else t
 
     async def flush(self, turn_id: str = "") -> float:
         """The turn's text is complete: synthesize the rest now."""

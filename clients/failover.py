@@ -88,6 +88,11 @@ class _Turn:
     on_stream: bool = True  # the turn exists on the current stream
     failovers: int = 0
     speech_ms: int = 0  # speech delivered to the application for this turn, over every stream
+    options: pb.TurnOptions | None = None  # sent on the delta that opened it (format, rate, volume)
+
+    @property
+    def ssml(self) -> bool:
+        return self.options is not None and self.options.text_format == pb.TurnOptions.SSML
 
     @property
     def unfinished(self) -> bool:
@@ -222,18 +227,21 @@ class FailoverConversation(Conversation):
     def _find(self, turn_id: str) -> _Turn | None:
         return self._turns.get(turn_id) if turn_id else self._open_turn()
 
-    async def send_text(self, delta: str, turn_id: str = "",
-                        spans: Sequence[tuple[int, int, str]] | None = None) -> float:
+    async def send_text(self, delta: str, turn_id: str = "", spans: Sequence[tuple[int, int, str]] | None = None,
+                        *, options: pb.TurnOptions | None = None) -> float:
         self._check_open()
         async with self._write_lock:
             if not delta or (self._max_delta_chars and len(delta) > self._max_delta_chars):
                 msg = pb.TextDelta(text=delta, turn_id=turn_id, spans=text_spans(spans))
+                if options is not None:
+                    msg.turn_options.CopyFrom(options)
                 return await self._send(pb.ClientEvent(text=msg))  # refused or ignored by the server: no journal
             turn = self._find(turn_id)
             if turn is not None and turn.state != "open":  # complete: the server answers UNKNOWN_TURN
                 return await self._send(pb.ClientEvent(text=pb.TextDelta(text=delta, turn_id=turn_id)))
             if turn is None:
                 turn = self._new_turn(turn_id)
+                turn.options = options  # the server reads options on the delta that opens a turn
             proto_spans = text_spans(spans)
             offset = len(turn.heard.text)
             turn.spans.extend((offset + s.start, offset + s.end, s.kind) for s in proto_spans)
@@ -242,6 +250,8 @@ class FailoverConversation(Conversation):
                 turn.on_stream = True
                 turn.base_char = offset
             msg = pb.TextDelta(text=delta, turn_id=turn.turn_id, spans=proto_spans)
+            if options is not None:
+                msg.turn_options.CopyFrom(options)
             return await self._send(pb.ClientEvent(text=msg))
 
     async def flush(self, turn_id: str = "") -> float:
@@ -494,6 +504,9 @@ class FailoverConversation(Conversation):
         for turn in list(self._turns.values()):
             if not turn.unfinished:
                 continue
+            if turn.ssml:
+                resent_any |= await self._resend_ssml(turn)
+                continue
             heard = turn.heard.heard_chars()
             text = turn.heard.text
             turn.failovers += 1
@@ -528,11 +541,36 @@ class FailoverConversation(Conversation):
         return resent_any
 
     async def _send_text_piece(self, turn: _Turn, start: int, end: int) -> None:
-        """Text [start, end) of the turn as one delta, with the spans that lie wholly inside it."""
+        """Text [start, end) of the turn as one delta, with the spans that lie wholly inside it; the turn's options
+        (rate, volume) go on the piece that opens it on this stream."""
         spans = [pb.TextSpan(start=s - start, end=e - start, kind=k) for s, e, k in turn.spans
                  if s >= start and e <= end]
-        await self._send(pb.ClientEvent(text=pb.TextDelta(text=turn.heard.text[start:end], turn_id=turn.turn_id,
-                                                           spans=spans)))
+        msg = pb.TextDelta(text=turn.heard.text[start:end], turn_id=turn.turn_id, spans=spans)
+        if turn.options is not None and start == turn.base_char:
+            msg.turn_options.CopyFrom(turn.options)
+        await self._send(pb.ClientEvent(text=msg))
+
+    async def _resend_ssml(self, turn: _Turn) -> bool:
+        """An SSML turn's heard text counts code points of its text content, not of the markup the client holds,
+        so it is not resumed mid-document: resent whole while none of its speech was heard, else failed in-band
+        (retryable) with what was lost, and the call goes on."""
+        gap = self._gap
+        assert gap is not None
+        turn.failovers += 1
+        if turn.speech_ms > 0:
+            self._out.append(TurnError(
+                "SYNTHESIS_FAILED", f"the server speaking SSML turn {turn.turn_id!r} was lost after "
+                f"{turn.speech_ms} ms of its speech; an SSML turn is not resumed mid-document: send the unheard "
+                "part again as a new turn", turn.turn_id, True, time.perf_counter()))
+            self._turn_ended(turn)
+            return False
+        gap.records.append((turn.turn_id, "", turn.heard.text))
+        turn.on_stream = True
+        turn.base_char = 0
+        await self._send_text_piece(turn, 0, len(turn.heard.text))
+        if turn.state == "complete":
+            await self._send(pb.ClientEvent(flush=pb.Flush(turn_id=turn.turn_id)))
+        return True
 
     def _finish_locally(self, turn: _Turn) -> None:
         """A turn whose audio was all heard before a failover: its TurnDone, built here (server counters 0)."""

@@ -21,6 +21,7 @@ from service.errors import InvalidArgument, ServiceError, status_for
 from service.language import matches as language_matches
 from service.security import before_refusal, current_tenant
 from service.session import spans_from_proto
+from service.ssml import SsmlError, parse_ssml
 from service.telemetry import traced_call
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,8 @@ class TtsServicer(tts_pb2_grpc.TtsServicer):
             try:
                 spans_from_proto(request.spans, len(request.text))
                 turn_options(request.options if request.HasField("options") else None)
+                if request.HasField("options") and request.options.text_format == pb.TurnOptions.SSML:
+                    checked_ssml(request)
             except InvalidArgument as exc:
                 await _abort(context, exc)
                 return
@@ -167,6 +170,17 @@ class TtsServicer(tts_pb2_grpc.TtsServicer):
             raise
         return pb.NormalizeResponse(normalized_text=result.normalized.text, pinyin=list(result.pinyin),
                                     ids=list(result.ids), voice=voice)
+
+
+def checked_ssml(request: pb.SynthesizeRequest) -> None:
+    """An SSML Synthesize request is parsed whole before any audio: InvalidArgument names the line, the column and
+    what to change (the call then reads it again, incrementally, like a Converse turn)."""
+    if request.spans:
+        raise InvalidArgument("spans are not allowed with SSML text; use <say-as interpret-as=...>")
+    try:
+        parse_ssml(request.text)
+    except SsmlError as exc:
+        raise InvalidArgument(str(exc)) from None
 
 
 def synthesize_events(request: pb.SynthesizeRequest) -> list[pb.ClientEvent]:

@@ -43,13 +43,32 @@ _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 def say_arguments(s: argparse.ArgumentParser) -> None:
     """The options of `say` (clients.say.say_main reads them)."""
-    s.add_argument("text")
+    s.add_argument("text", help="the text to speak (with --ssml: an SSML document, docs/ssml.md)")
     s.add_argument("-o", "--output", required=True, help="WAV file to write")
+    s.add_argument("--ssml", action="store_true", help="the text is SSML (<speak>...</speak>)")
+    s.add_argument("--rate", type=_speaking_rate, default=None, metavar="X",
+                   help="speaking rate, 0.5-2.0 (1.0 = the voice's natural rate)")
+    s.add_argument("--timestamps", action="store_true", help="ask for word timestamps and print them")
     s.add_argument("--encoding", choices=["pcmu", "pcma", "l16"], default="l16")
-    s.add_argument("--rate", type=int, choices=[8000, 16000, 24000], default=8000)
+    s.add_argument("--sample-rate", type=int, choices=[8000, 16000, 24000], default=8000, metavar="HZ",
+                   help="output sample rate: 8000, 16000 or 24000 (default 8000)")
     s.add_argument("--voice", default="")
     s.add_argument("--stream", action="store_true", help="use Converse with streamed text deltas, paced in real time")
     s.add_argument("--server", default="localhost:50051")
+
+
+def _speaking_rate(text: str) -> float:
+    """--rate: a speaking rate 0.5-2.0 (a sample rate there is pointed to --sample-rate)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give a speaking rate 0.5-2.0") from None
+    if value in (8000, 16000, 24000):
+        raise argparse.ArgumentTypeError(f"{text} looks like a sample rate: use --sample-rate {text} (--rate is the "
+                                         "speaking rate, 0.5-2.0)")
+    if not 0.5 <= value <= 2.0:
+        raise argparse.ArgumentTypeError(f"{text} is out of range; give a speaking rate 0.5-2.0 (1.0 = natural)")
+    return value
 
 
 def _function(ref: str) -> Any:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
@@ -11,10 +11,13 @@ from service.audio.fade import FadeIn
 from service.audio.framer import Framer, silence_frame
 from service.audio.resample import StreamResampler
 from service.session import SessionSettings, gain_of_db
+from service.ssml import SsmlSegment
 from service.timestamps import WordTime
 
 if TYPE_CHECKING:
     from service.call.turn import Turn
+
+PAUSE_STEP_MS = 100  # a <break> goes to release in steps this long (back-pressure and clear act between steps)
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class OutFrame:
     last: bool = False  # last frame of the turn's audio: its release sends turn_done
     fade_out: bool = False  # the faded frame that ends a cleared turn: its release sends cleared
     words: list[FrameWord] = field(default_factory=list)  # words starting here: their timings go out before it
+    pauses: int = 0  # SSML breaks of the turn whose audio ends at or before this frame (marks after them wait)
 
 
 class TurnAudio:
@@ -53,16 +57,35 @@ class TurnAudio:
         self._preroll_frames = s.preroll_ms // s.frame_ms
         self.last: OutFrame | None = None  # the last frame made so far
         self.gain = gain_of_db(s.volume_db if turn.volume_db is None else turn.volume_db)
+        self._voice_rate_hz = s.voice.sample_rate_hz
         self._ms_per_voice_sample = 1000.0 / s.voice.sample_rate_hz
         self._frame_ms = s.frame_ms
         self._voice_samples = 0  # voice-rate samples pushed for the turn
         self._segment_base = 0  # the turn's voice sample where the current segment starts
         self._audio_frames = 0  # audio frames made (pre-roll not counted)
         self._words: list[tuple[float, float, WordTime]] = []  # timed words not yet on a frame: start, end ms
+        self._pauses = 0  # SSML breaks pushed so far
 
-    def begin_segment(self) -> None:
-        """A new segment starts: the word times pushed next count from here."""
+    def begin_segment(self, segment: object = None) -> None:
+        """A new segment starts: the word times pushed next count from here; an SSML segment sets its own volume
+        (<prosody volume>, the turn's outside it; silent: its time passes as silence)."""
         self._segment_base = self._voice_samples
+        if isinstance(segment, SsmlSegment):
+            self.gain = 0.0 if segment.volume_db is None else gain_of_db(segment.volume_db)
+
+    def pause(self, ms: int, text_pos: int, step_ms: int = PAUSE_STEP_MS) -> Iterator[list[OutFrame]]:
+        """An SSML <break>: exactly `ms` of silence at the voice's rate, through the same resampler and framer as
+        speech (so the turn's audio grows by `ms` within one frame), in steps of `step_ms`: the frames of each
+        step, covering the turn's text up to `text_pos`; the frame that ends it counts the break as released."""
+        total = round(ms * self._voice_rate_hz / 1000)
+        step = max(1, round(step_ms * self._voice_rate_hz / 1000))
+        for start in range(0, total, step):
+            frames = self._push_voice(np.zeros(min(step, total - start), np.float32), text_pos)
+            if start + step >= total:  # the break's end: its last frame (and every later one) counts it as released
+                self._pauses += 1
+                if frames:
+                    frames[-1].pauses = self._pauses
+            yield frames
 
     def _frames(self, payloads: list[bytes], text_pos: int, last: bool = False) -> list[OutFrame]:
         out: list[OutFrame] = []
@@ -70,7 +93,7 @@ class TurnAudio:
             out = [OutFrame(self._silence, self.turn, 0, silence=True) for _ in range(self._preroll_frames)]
             self._preroll_frames = 0
         for i, p in enumerate(payloads):
-            frame = OutFrame(p, self.turn, text_pos)
+            frame = OutFrame(p, self.turn, text_pos, pauses=self._pauses)
             frame_start_ms = self._audio_frames * self._frame_ms
             self._audio_frames += 1
             end_ms = self._audio_frames * self._frame_ms
@@ -98,11 +121,14 @@ class TurnAudio:
         for w in words:
             base = self._segment_base
             self._words.append(((base + w.start_sample) * to_ms, (base + w.end_sample) * to_ms, w))
-        self._voice_samples += len(samples)
         if self.gain != 1.0:  # the turn's volume, on the voice-rate samples; a gain above 0 dB is limited to full scale
             samples = samples * np.float32(self.gain)
             if self.gain > 1.0:
                 samples = np.clip(samples, -1.0, 1.0)
+        return self._push_voice(samples, text_pos)
+
+    def _push_voice(self, samples: np.ndarray, text_pos: int) -> list[OutFrame]:
+        self._voice_samples += len(samples)
         out = self.resampler.push(samples)
         return self._frames(self.framer.push(self.fade_in.apply(out)) if len(out) else [], text_pos)
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, AsyncIterator, Callable
 
 from protos.voxpool.v1 import tts_pb2 as pb
-from service.call.turn import TurnState, Turns
+from service.call.turn import Turn, TurnState, Turns
 from service.config import LimitsConfig
 from service.errors import InvalidArgument
-from service.session import (RATE_NOT_APPLIED, checked_speaking_rate, checked_volume_db, rate_not_applied,
-                             spans_from_proto)
+from service.session import (RATE_NOT_APPLIED, SessionSettings, checked_speaking_rate, checked_volume_db,
+                             rate_not_applied, spans_from_proto)
+from service.ssml import SsmlStream, SsmlTurnText, SsmlWarning
 
 if TYPE_CHECKING:
     from service.call.outbox import Outbox
@@ -40,8 +41,9 @@ class CallInput:
     """Reads the client's events (text, flush, mark, clear, end) and applies each to the call's turns."""
 
     def __init__(self, turns: Turns, outbox: "Outbox", release: "Release", limits: LimitsConfig, max_delta_chars: int,
-                 clock: Callable[[], float], telemetry: object):
+                 clock: Callable[[], float], telemetry: object, settings: SessionSettings | None = None):
         self.turns = turns
+        self.settings = settings
         self.outbox = outbox
         self.release = release
         self.limits = limits
@@ -51,6 +53,7 @@ class CallInput:
         self.control = TokenBucket(limits.max_control_per_s, clock)
         self.last_event_s = clock()
         self.done = False  # `end` received, or the stream closed
+        self.refused: Turn | None = None  # an SSML turn refused before its text ended: the rest of it is dropped
 
     async def run(self, events: AsyncIterator[pb.ClientEvent]) -> None:
         """Until `end` or the end of the stream; InvalidArgument ends the call."""
@@ -90,18 +93,23 @@ class CallInput:
                                     "wait for audio before sending more text", delta.turn_id, retryable=True)
             return
         turn = self.turns.find(delta.turn_id) if delta.turn_id else self.turns.open_turn()
+        if self._refused_text(delta.turn_id, turn):
+            return
         if turn is not None and turn.state is not TurnState.OPEN:
             await self.outbox.error(pb.Error.UNKNOWN_TURN,
                                     f"turn {turn.turn_id!r} is already complete ({turn.state.value}); use a new turn_id",
                                     turn.turn_id)
             return
+        options = delta.turn_options if delta.HasField("turn_options") else None
+        ssml = turn.ssml is not None if turn else bool(options and options.text_format == pb.TurnOptions.SSML)
         try:
+            if ssml and delta.spans:
+                raise InvalidArgument("TextSpans are not allowed in an SSML turn; use <say-as interpret-as=...>")
             spans = spans_from_proto(delta.spans, len(text), offset=len(turn.text) if turn else 0)
         except InvalidArgument as exc:
             await self.outbox.error(pb.Error.INVALID_SPAN, f"{exc.message}; the spans of this delta were ignored",
                                     delta.turn_id)
             spans = []
-        options = delta.turn_options if delta.HasField("turn_options") else None
         if turn is None:
             try:
                 checked = turn_options(options)
@@ -111,6 +119,8 @@ class CallInput:
                 return
             turn = self.turns.new(delta.turn_id)
             turn.options, turn.volume_db = options, checked["volume_db"]
+            if ssml:
+                turn.read_ssml(self._ssml_reader(turn, checked))
             if checked["speaking_rate"] not in (None, 1.0):
                 await self.outbox.warn(RATE_NOT_APPLIED, rate_not_applied(checked["speaking_rate"],
                                                                           "turn_options.speaking_rate"), turn.turn_id)
@@ -121,10 +131,35 @@ class CallInput:
                                     turn.turn_id)
             return
         turn.append(text, spans, self.clock())
+        if turn.ssml_error is not None:
+            self.refused = turn
         self.tel.text_received(len(text))  # telemetry
+
+    def _ssml_reader(self, turn: Turn, checked: dict) -> SsmlTurnText:
+        """The SSML reader of a new turn: outside every <prosody>, the turn's rate and volume (else the session's)."""
+        s = self.settings
+        rate = checked["speaking_rate"] if checked["speaking_rate"] is not None else (s.speaking_rate if s else 1.0)
+        volume = checked["volume_db"] if checked["volume_db"] is not None else (s.volume_db if s else 0.0)
+        return SsmlTurnText(turn.segmenter, SsmlStream(base_rate=rate, base_volume_db=volume),
+                            unapplied_rate=_prosody_rate_not_applied)
+
+    def _refused_text(self, turn_id: str, turn: Turn | None) -> bool:
+        """True for text of the SSML turn refused before its text ended (dropped: the error was reported once),
+        also once that turn has failed, so the rest of its document never opens a new (plain text) turn."""
+        refused = self.refused
+        if refused is None:
+            return False
+        if turn_id == refused.turn_id or (not turn_id and turn in (None, refused)):
+            return True
+        self.refused = None  # other text: the refused document has ended
+        return False
 
     async def on_flush(self, msg: pb.Flush) -> None:
         turn = self.turns.find(msg.turn_id) if msg.turn_id else self.turns.open_turn()
+        if self.refused is not None and (turn is self.refused or msg.turn_id == self.refused.turn_id or not msg.turn_id):
+            self.refused = None  # the refused document's end
+            if turn is None or turn.state is not TurnState.OPEN:
+                return
         if turn is None:
             if msg.turn_id:
                 await self.outbox.error(pb.Error.UNKNOWN_TURN, f"flush: no turn {msg.turn_id!r}", msg.turn_id)
@@ -144,7 +179,7 @@ class CallInput:
                                     f"more than {self.limits.max_marks_per_turn} pending marks in turn {turn.turn_id}",
                                     turn.turn_id)
             return
-        turn.marks.append((len(turn.text), msg.name))
+        turn.add_mark(len(turn.text), msg.name)
 
     async def on_clear(self, msg: pb.Clear) -> None:
         if msg.turn_id:
@@ -160,14 +195,18 @@ class CallInput:
             await self.release.barge_in(cleared)
 
 
+def _prosody_rate_not_applied(rate: float) -> SsmlWarning:
+    """The Warning for an SSML <prosody rate> while the engine speaks at the natural rate only."""
+    return SsmlWarning(RATE_NOT_APPLIED, rate_not_applied(rate, "<prosody rate>"))
+
+
 def turn_options(options: "pb.TurnOptions | None") -> dict:
     """A turn's checked options (volume_db, speaking_rate: None = the session's); InvalidArgument names the field."""
     out: dict = {"volume_db": None, "speaking_rate": None}
     if options is None:
         return out
-    if options.text_format == pb.TurnOptions.SSML:  # the parser exists (service/ssml/) but is not wired yet
-        raise InvalidArgument("turn_options.text_format SSML is not supported by this server yet (it would be read "
-                              "as plain text, markup included); send plain text with TextSpans")
+    if options.text_format not in (pb.TurnOptions.TEXT_FORMAT_UNSPECIFIED, pb.TurnOptions.PLAIN, pb.TurnOptions.SSML):
+        raise InvalidArgument(f"turn_options.text_format {options.text_format} is unknown; use PLAIN or SSML")
     if options.HasField("volume_db"):
         out["volume_db"] = checked_volume_db(options.volume_db, "turn_options.volume_db")
     if options.HasField("speaking_rate"):

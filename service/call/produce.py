@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from models.frontend.segmenter import Segment
 from protos.voxpool.v1 import tts_pb2 as pb
 from service.call.audio_out import TurnAudio
 from service.call.release import Release
@@ -12,6 +13,7 @@ from service.call.synthesis import Synthesis
 from service.call.turn import Turn, Turns
 from service.errors import TurnFailed
 from service.session import SessionSettings
+from service.ssml import Pause, SsmlError, SsmlWarning
 
 
 class Producer:
@@ -38,9 +40,16 @@ class Producer:
         audio = TurnAudio(self.s, turn)
         try:
             while turn.active and (seg := await turn.segments.get()) is not None:
-                audio.begin_segment()
+                if not isinstance(seg, Segment):  # an SSML turn's break, warning or refusal
+                    await self.ssml_item(turn, audio, seg)
+                    if not turn.active:
+                        return
+                    continue
+                audio.begin_segment(seg)
                 async with contextlib.aclosing(self.synthesis.segment(turn, seg)) as chunks:
                     async for samples, text_pos, words in chunks:
+                        if not turn.active:  # cleared or failed meanwhile: none of its audio may be queued now
+                            return
                         for frame in audio.push(samples, text_pos, words):
                             self.release.push(frame)
                         await self.release.wait_for_room()
@@ -60,3 +69,18 @@ class Producer:
             self.release.drop_turn(turn)
         finally:
             turn.stop_streams()
+
+    async def ssml_item(self, turn: Turn, audio: TurnAudio, item: Pause | SsmlWarning | SsmlError) -> None:
+        """A <break> (its silence goes to release like speech, step by step), a parser warning, or the SSML error
+        that refused the turn (TurnFailed: INVALID_SSML)."""
+        if isinstance(item, SsmlError):
+            raise TurnFailed(f"{item}; the rest of this turn was dropped", turn_error="INVALID_SSML")
+        if isinstance(item, SsmlWarning):
+            await self.outbox.warn(item.code, item.message, turn.turn_id)
+            return
+        for frames in audio.pause(item.ms, item.pos):
+            for frame in frames:
+                self.release.push(frame)
+            await self.release.wait_for_room()
+            if not turn.active:
+                return

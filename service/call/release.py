@@ -145,7 +145,8 @@ class Release:
         self.playing = turn
         # NOTE: account for the frame before awaiting the write: the producer may decide the turn is done
         # (no frame pending) while this write is in progress.
-        turn.frame_released(end_ms, frame.text_pos, speech=not frame.silence, now=self.clock(), fade_out=frame.fade_out)
+        turn.frame_released(end_ms, frame.text_pos, speech=not frame.silence, now=self.clock(), fade_out=frame.fade_out,
+                            pauses=frame.pauses)
         if frame.words:  # before the frame that carries their first audio
             await self._send_words(turn, action.pts_ms, frame.words)
         await self.outbox.write(pb.ServerEvent(audio=pb.AudioFrame(

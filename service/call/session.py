@@ -127,7 +127,7 @@ class CallSession:
         synthesis = Synthesis(self.deps, s, self.session_id, self.outbox, self.tel)
         producer = Producer(s, self.turns, synthesis, self.release, self.tel)
         self.input = CallInput(self.turns, self.outbox, self.release, self.limits, self.max_delta_chars,
-                               self.deps.clock, self.tel)
+                               self.deps.clock, self.tel, settings=s)
         parts = {"sender": sender.run(), "turns": self._then_end(producer.run()), "reader": self.input.run(events),
                  "watchdog": self._watchdog()}
         self._tasks = [loop.create_task(self._guard(coro), name=f"{self.session_id}-{name}")

@@ -80,9 +80,10 @@ class Synthesis:
         loop = asyncio.get_running_loop()
         seg_tel = self.tel.segment_started(turn, seg)  # telemetry
         frontend = self.deps.frontend_for(self.s.normalize)
+        lexicon = {**self.s.lexicon, **dict(getattr(seg, "lexicon", ()))}  # an SSML segment's <phoneme> readings win
         try:
             result = await loop.run_in_executor(
-                self.deps.executor, lambda: frontend.to_ids(seg.text, turn.spans_for(seg), self.s.lexicon or None))
+                self.deps.executor, lambda: frontend.to_ids(seg.text, turn.spans_for(seg), lexicon or None))
         except FrontendError as exc:
             seg_tel.end("skipped")  # telemetry
             await self.outbox.warn("segment_skipped", f"nothing to say in {seg.text!r}: {exc}", turn.turn_id)
@@ -94,6 +95,8 @@ class Synthesis:
             seg_tel.end("cancelled")  # telemetry
             return
         self._segments += 1
+        # an SSML segment (service.ssml.SsmlSegment) carries its rate here: seg.speaking_rate (<prosody rate>, the
+        # turn's rate outside it); until the engine applies rates, a rate other than 1.0 was answered with a Warning
         request = SynthesisRequest(
             request_id=f"{self.session_id}/{turn.turn_id}/{self._segments}",
             ids=tuple(result.ids), voice=self.s.voice.name, seed=self.s.seed,

@@ -10,6 +10,7 @@ from typing import Callable
 from models.frontend.normalize import Span
 from models.frontend.segmenter import Segment, Segmenter
 from service import figures
+from service.ssml import MarkAt, Pause, SsmlError, SsmlTurnText
 
 
 class TurnState(str, enum.Enum):
@@ -37,12 +38,18 @@ class Turn:
     text: str = ""
     spans: list[Span] = field(default_factory=list)  # turn-absolute offsets
     state: TurnState = TurnState.OPEN
-    segments: asyncio.Queue = field(default_factory=asyncio.Queue)  # Segment, then None when complete or ended
-    marks: list[tuple[int, str]] = field(default_factory=list)  # (text position, name), in order received
+    # Segment (an SSML turn: SsmlSegment, Pause, SsmlWarning, or the SsmlError that refused it), then None when
+    # complete or ended
+    segments: asyncio.Queue = field(default_factory=asyncio.Queue)
+    # (text position, name, breaks before it), in order received: reached once the audio of text[:position] and of
+    # that many of the turn's SSML breaks has been released
+    marks: list[tuple[int, str, int]] = field(default_factory=list)
     streams: set = field(default_factory=set)  # engine OutputStreams in flight
     trigger_s: float | None = None  # when the first segment became synthesizable
     first_audio_s: float | None = None  # release of the first non-silence frame
     released_pos: int = 0  # turn text chars whose audio has been released
+    pauses_queued: int = 0  # SSML breaks queued for the producer
+    released_pauses: int = 0  # SSML breaks whose audio has been released
     audio_frames: int = 0  # non-silence frames released (the fade-out frame of a cleared turn included)
     silence_frames: int = 0  # underrun fill frames released while this turn played
     underruns: int = 0
@@ -54,6 +61,8 @@ class Turn:
     dropped_frames: int = 0
     options: object = None  # the TurnOptions of the delta that opened it (pb.TurnOptions), or None
     volume_db: float | None = None  # TurnOptions.volume_db; None = the session's
+    ssml: SsmlTurnText | None = None  # an SSML turn: deltas are markup, `text` is the document's text content
+    ssml_error: SsmlError | None = None  # its SSML was refused: the rest of its text is dropped
 
     # ------------------------------------------------------------------ state
 
@@ -68,29 +77,73 @@ class Turn:
         self.state = to
         return True
 
-    def add_segments(self, segments: list[Segment], now: float) -> None:
-        """Queue segments for synthesis; the first one starts the TTFA clock."""
+    def add_segments(self, segments: list, now: float) -> None:
+        """Queue segments (an SSML turn's breaks and warnings too) for the producer; the first segment or break
+        starts the TTFA clock. An SSML turn's marks go to the pending marks."""
         for seg in segments:
-            if self.trigger_s is None:
+            if isinstance(seg, MarkAt):
+                self.add_mark(seg.pos, seg.name)
+                continue
+            self.pauses_queued += isinstance(seg, Pause)
+            if self.trigger_s is None and isinstance(seg, (Segment, Pause)):
                 self.trigger_s = now
             self.segments.put_nowait(seg)
 
+    def add_mark(self, pos: int, name: str) -> None:
+        """A mark at text position `pos`, after the breaks queued so far (a mark after a break waits for its end)."""
+        self.marks.append((pos, name, self.pauses_queued))
+
+    def read_ssml(self, reader: SsmlTurnText) -> None:
+        """The turn's text is one SSML document (TurnOptions.text_format SSML), read by `reader`."""
+        self.ssml = reader
+
+    def _ssml_step(self, step: Callable[[], list], now: float) -> None:
+        """Run one step of the SSML reader and queue what it completed; bad SSML rejects the turn."""
+        if self.ssml_error is not None:
+            return  # already refused (the producer reports it): the rest of the document is dropped
+        try:
+            items = step()
+        except SsmlError as exc:
+            self.reject(exc)
+            return
+        self.text = self.ssml.text
+        self.add_segments(items, now)
+
+    def reject(self, error: SsmlError) -> None:
+        """Bad SSML: drop the queued segments and stop synthesis; the producer fails the turn (INVALID_SSML) when
+        it reads the error, queued in their place."""
+        self.ssml_error = error
+        while not self.segments.empty():
+            self.segments.get_nowait()
+        self.segments.put_nowait(error)
+        self.stop_streams()
+
     def append(self, delta: str, spans: list[Span], now: float) -> None:
         """Add text (spans already turn-absolute); the segments it completes are queued."""
+        if self.ssml is not None:
+            self._ssml_step(lambda: self.ssml.push(delta, now), now)
+            return
         self.text += delta
         self.spans.extend(spans)
         self.add_segments(self.segmenter.push(delta, [(s.start, s.end) for s in spans]), now)
 
     def poll_idle(self, now: float) -> None:
         """Cut the text that waited longer than the idle flush time (OPEN turns only)."""
-        if self.state is TurnState.OPEN:
+        if self.state is not TurnState.OPEN:
+            return
+        if self.ssml is not None:
+            self._ssml_step(lambda: self.ssml.poll_idle(now), now)
+        else:
             self.add_segments(self.segmenter.poll_idle(now), now)
 
     def complete(self, now: float) -> None:
         """No more text: cut the rest; the producer sees the end (None) after these segments. No-op unless OPEN."""
         if self.state is not TurnState.OPEN:
             return
-        self.add_segments(self.segmenter.flush(), now)
+        if self.ssml is not None:  # the document must be complete now (</speak> read)
+            self._ssml_step(self.ssml.complete, now)
+        else:
+            self.add_segments(self.segmenter.flush(), now)
         self._move(TurnState.COMPLETE)
         if self.trigger_s is None:
             self.trigger_s = now
@@ -139,8 +192,9 @@ class Turn:
         self.pending_frames -= 1
         self.dropped_frames += counted
 
-    def frame_released(self, end_ms: int, text_pos: int, speech: bool, now: float, fade_out: bool = False) -> None:
-        """A queued frame went to the gateway, ending at media time `end_ms`."""
+    def frame_released(self, end_ms: int, text_pos: int, speech: bool, now: float, fade_out: bool = False,
+                       pauses: int = 0) -> None:
+        """A queued frame went to the gateway, ending at media time `end_ms`, after `pauses` SSML breaks."""
         self.pending_frames -= 1
         self.last_pts_end_ms = end_ms
         if speech:
@@ -150,6 +204,7 @@ class Turn:
             if self.first_audio_s is None:
                 self.first_audio_s = now
             self.released_pos = max(self.released_pos, text_pos)
+            self.released_pauses = max(self.released_pauses, pauses)
 
     def fill_released(self, end_ms: int, underrun_start: bool) -> None:
         """An underrun fill (silence) frame went out while this turn played."""
@@ -165,7 +220,9 @@ class Turn:
         return figures.ttfa_ms(self.trigger_s, self.first_audio_s)
 
     def spans_for(self, segment: Segment) -> list[Span]:
-        """The turn's spans inside `segment`, relative to the segment's text."""
+        """The turn's spans inside `segment`, relative to the segment's text (an SSML segment carries its own)."""
+        if self.ssml is not None:
+            return list(getattr(segment, "spans", ()))
         return [
             Span(s.start - segment.start, s.end - segment.start, s.kind)
             for s in self.spans
@@ -173,18 +230,21 @@ class Turn:
         ]
 
     def due_marks(self, upto_pos: int | None) -> list[str]:
-        """Names of marks at or before `upto_pos` (None = every mark), removed from the pending list."""
+        """Names of marks at or before `upto_pos` and the breaks released (None = every mark), removed from the
+        pending list."""
         if upto_pos is None:
             due, self.marks = self.marks, []
         else:
-            due = [m for m in self.marks if m[0] <= upto_pos]
-            self.marks = [m for m in self.marks if m[0] > upto_pos]
-        return [name for _, name in due]
+            reached = [m[0] <= upto_pos and m[2] <= self.released_pauses for m in self.marks]
+            due = [m for m, r in zip(self.marks, reached) if r]
+            self.marks = [m for m, r in zip(self.marks, reached) if not r]
+        return [m[1] for m in due]
 
     def queued_chars(self) -> int:
         """Characters waiting to be spoken: text not yet cut into a segment, and segments not yet synthesized."""
-        waiting = len(self.segmenter.pending_text) if self.state is TurnState.OPEN else 0
-        return waiting + sum(len(s.text) for s in list(self.segments._queue) if s is not None)  # noqa: SLF001
+        pending = self.ssml.pending_text if self.ssml is not None else self.segmenter.pending_text
+        waiting = len(pending) if self.state is TurnState.OPEN else 0
+        return waiting + sum(len(s.text) for s in list(self.segments._queue) if isinstance(s, Segment))  # noqa: SLF001
 
 
 class Turns:

@@ -13,7 +13,7 @@ from service.ssml.model import (
     TextPiece,
 )
 from service.ssml.parser import SSML_NS, SsmlStream, parse_ssml
-from service.ssml.turn_text import SegmentPlan, SsmlTurnText
+from service.ssml.turn_text import Pause, SsmlSegment, SsmlTurnText
 
 __all__ = [
     "Cut",
@@ -22,10 +22,11 @@ __all__ = [
     "Phoneme",
     "ProsodyAt",
     "SSML_NS",
-    "SegmentPlan",
+    "Pause",
     "SsmlDocument",
     "SsmlError",
     "SsmlLimits",
+    "SsmlSegment",
     "SsmlStream",
     "SsmlTurnText",
     "SsmlWarning",

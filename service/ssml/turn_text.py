@@ -1,106 +1,112 @@
-"""An SSML turn's text for the call path: SSML deltas in, segments out with their spans, lexicon, prosody and pauses."""
+"""An SSML turn's text for the call path: SSML deltas in, in document order: segments (with their spans, lexicon,
+rate and volume), breaks, marks and warnings."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from models.frontend.normalize import Span
 from models.frontend.segmenter import Segment, Segmenter
-from service.ssml.model import Cut, Event, MarkAt, SsmlWarning, TextPiece
+from service.ssml.model import Cut, Event, MarkAt, ProsodyAt, SsmlWarning, TextPiece
 from service.ssml.parser import SsmlStream
 
 
 @dataclass(frozen=True)
-class SegmentPlan:
-    """How to synthesize one segment of an SSML turn (offsets relative to the segment's text)."""
+class SsmlSegment(Segment):
+    """A segment of an SSML turn and how to read it (offsets: code points of the document's text content)."""
 
-    segment: Segment
-    spans: tuple[Span, ...]  # say-as spans inside the segment
-    lexicon: dict[str, str]  # <phoneme> readings inside the segment: grapheme → pinyin (merge over the call's)
-    rate: float  # speaking rate (0.5-2.0) of the segment
-    volume_db: float | None  # gain; None = silent (the segment's time passes as silence)
-    pause_before_ms: int  # silence from <break> before the segment's audio
+    spans: tuple[Span, ...] = ()  # say-as spans inside the segment, relative to its text
+    lexicon: tuple[tuple[str, str], ...] = ()  # <phoneme> readings inside it: (grapheme, pinyin), over the call's
+    speaking_rate: float = 1.0  # <prosody rate> in force (the turn's rate outside every <prosody>); 1.0 = normal
+    volume_db: float | None = 0.0  # <prosody volume> in force (the turn's outside); None = silent
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A <break>: ``ms`` of silence at text offset ``pos`` (after the audio of the text before it)."""
+
+    pos: int
+    ms: int
+
+
+Item = SsmlSegment | Pause | MarkAt | SsmlWarning
 
 
 class SsmlTurnText:
     """Drives a turn's Segmenter from SSML deltas: text pieces go in with their spans, every Cut ends a segment.
 
-    ``push(delta)`` returns the segments now complete (as Segmenter.push does) and keeps the marks and
-    warnings found (``take_marks()``, ``take_warnings()``); ``complete()`` ends the document (raises
-    SsmlError when it is not well-formed) and returns the last segments; ``plan(segment)`` gives its
-    spans, lexicon, prosody and pause; ``trailing_pause_ms`` is the silence after the last segment.
-    Offsets are code points of the document's text content (``text``).
+    ``push(delta)`` returns, in document order, what the delta completed: segments (SsmlSegment, planned at
+    once: their spans, <phoneme> lexicon, rate and volume are known when their text is), breaks (Pause),
+    marks (MarkAt) and warnings (SsmlWarning). ``complete()`` ends the document (raises SsmlError when it is
+    not well-formed) and returns the rest. Offsets are code points of the document's text content (``text``).
+    ``unapplied_rate(rate)``: the warning for a <prosody rate> the engine does not apply (once per document, for
+    a rate other than 1.0 and the turn's); None: rates are applied, nothing to say.
     """
 
-    def __init__(self, segmenter: Segmenter, stream: SsmlStream | None = None) -> None:
+    def __init__(self, segmenter: Segmenter, stream: SsmlStream | None = None,
+                 unapplied_rate: Callable[[float], SsmlWarning] | None = None) -> None:
         self.segmenter = segmenter
         self.stream = stream or SsmlStream()
-        self._marks: list[MarkAt] = []
-        self._warnings: list[SsmlWarning] = []
-        self._last_start = -1  # start of the last segment emitted
-        self._cuts: list[Cut] = []
+        self._unapplied_rate = unapplied_rate
+        self._rate_warned = False
 
     @property
     def text(self) -> str:
-        """The text content so far (what heard text and marks refer to)."""
+        """The text content so far (what heard text, word timings and marks refer to)."""
         return self.stream.document.text
 
-    def push(self, delta: str, now_s: float | None = None) -> list[Segment]:
-        """Parse a delta; returns the segments it completed. Raises SsmlError on bad SSML."""
+    @property
+    def pending_text(self) -> str:
+        """Text content not yet cut into a segment."""
+        return self.segmenter.pending_text
+
+    def push(self, delta: str, now_s: float | None = None) -> list[Item]:
+        """Parse a delta; returns what it completed. Raises SsmlError on bad SSML."""
         return self._apply(self.stream.feed(delta), now_s)
 
-    def complete(self) -> list[Segment]:
-        """The turn's text is complete: close the document and cut what is pending."""
+    def complete(self) -> list[Item]:
+        """The turn's text is complete: close the document (SsmlError if it is still open) and cut what is pending."""
         out = self._apply(self.stream.close(), None)
-        out += self._note(self.segmenter.flush())
-        return out
+        return out + self._planned(self.segmenter.flush())
 
-    def poll_idle(self, now_s: float | None = None) -> list[Segment]:
+    def poll_idle(self, now_s: float | None = None) -> list[Item]:
         """As Segmenter.poll_idle (text that waits too long is synthesized anyway)."""
-        return self._note(self.segmenter.poll_idle(now_s))
+        return self._planned(self.segmenter.poll_idle(now_s))
 
-    def take_marks(self) -> list[MarkAt]:
-        """Marks found since the last call, in order."""
-        out, self._marks = self._marks, []
-        return out
-
-    def take_warnings(self) -> list[SsmlWarning]:
-        """Warnings found since the last call, in order."""
-        out, self._warnings = self._warnings, []
-        return out
-
-    def _apply(self, events: list[Event], now_s: float | None) -> list[Segment]:
-        out: list[Segment] = []
+    def _apply(self, events: list[Event], now_s: float | None) -> list[Item]:
+        out: list[Item] = []
         for ev in events:
             if isinstance(ev, TextPiece):
-                out += self.segmenter.push(ev.text, [(s.start, s.end) for s in (*ev.spans, *ev.phonemes)], now_s)
+                spans = [(s.start, s.end) for s in (*ev.spans, *ev.phonemes)]
+                out += self._planned(self.segmenter.push(ev.text, spans, now_s))
             elif isinstance(ev, Cut):
-                out += self.segmenter.flush()
-                self._cuts.append(ev)
-            elif isinstance(ev, MarkAt):
-                self._marks.append(ev)
-            elif isinstance(ev, SsmlWarning):
-                self._warnings.append(ev)
-        return self._note(out)
+                out += self._planned(self.segmenter.flush())
+                if ev.pause_ms > 0:
+                    out.append(Pause(ev.pos, ev.pause_ms))
+            elif isinstance(ev, (MarkAt, SsmlWarning)):
+                out.append(ev)
+            elif isinstance(ev, ProsodyAt):
+                out += self._rate_warning(ev.rate)
+        return out
 
-    def _note(self, segments: list[Segment]) -> list[Segment]:
-        if segments:
-            self._last_start = segments[-1].start
-        return segments
+    def _rate_warning(self, rate: float) -> list[Item]:
+        """The unapplied-rate warning, once per document, for a <prosody rate> other than 1.0 and the turn's."""
+        if self._unapplied_rate is None or self._rate_warned or rate in (1.0, self.stream.document.base_rate):
+            return []
+        self._rate_warned = True
+        return [self._unapplied_rate(rate)]
 
-    def plan(self, segment: Segment, previous_start: int = -1) -> SegmentPlan:
-        """Spans, lexicon, prosody and pause of ``segment``; ``previous_start``: the start of the segment before
-        it in the turn (-1 for the first), whose breaks up to this one's start come before this one."""
+    def _planned(self, segments: list[Segment]) -> list[Item]:
+        return [self.plan(seg) for seg in segments]
+
+    def plan(self, segment: Segment) -> SsmlSegment:
+        """``segment`` with its spans, lexicon, rate and volume (all known once its text has been parsed)."""
         doc = self.stream.document
         spans = tuple(Span(s.start - segment.start, s.end - segment.start, s.kind) for s in doc.spans
                       if segment.start <= s.start and s.end <= segment.end)
-        lexicon = {doc.text[p.start:p.end]: p.pinyin for p in doc.phonemes
-                   if segment.start <= p.start and p.end <= segment.end}
+        lexicon = tuple({doc.text[p.start:p.end].strip(): p.pinyin for p in doc.phonemes
+                         if segment.start <= p.start and p.end <= segment.end}.items())
         rate, volume_db = doc.prosody_at(segment.start)
-        pause = sum(c.pause_ms for c in self._cuts if previous_start < c.pos <= segment.start)
-        return SegmentPlan(segment, spans, lexicon, rate, volume_db, pause)
-
-    @property
-    def trailing_pause_ms(self) -> int:
-        """Silence from breaks after the start of the last segment (played after its audio)."""
-        return sum(c.pause_ms for c in self._cuts if c.pos > self._last_start)
+        return SsmlSegment(segment.text, segment.start, segment.end, segment.reason, spans=spans, lexicon=lexicon,
+                           speaking_rate=rate, volume_db=volume_db)

@@ -28,8 +28,8 @@ from tests.service.conftest import running_server, tiny_server  # noqa: F401  (t
 
 
 def _say_args(port, out, **kw):
-    base = dict(text="您好，欢迎致电。", output=str(out), encoding="pcmu", rate=8000, voice="", stream=False,
-                server=f"127.0.0.1:{port}")
+    base = dict(text="您好，欢迎致电。", output=str(out), encoding="pcmu", sample_rate=8000, voice="", stream=False,
+                server=f"127.0.0.1:{port}", ssml=False, rate=None, timestamps=False)
     base.update(kw)
     return argparse.Namespace(**base)
 
@@ -48,7 +48,7 @@ async def test_say_synthesize_writes_a_playable_wav(tiny_server, tmp_path, capsy
 
 async def test_say_stream_l16(tiny_server, tmp_path, capsys):  # noqa: F811
     out = tmp_path / "b.wav"
-    rc = await asyncio.to_thread(say_main, _say_args(tiny_server.port, out, encoding="l16", rate=16000, stream=True))
+    rc = await asyncio.to_thread(say_main, _say_args(tiny_server.port, out, encoding="l16", sample_rate=16000, stream=True))
     assert rc == 0, capsys.readouterr()
     with wave.open(str(out), "rb") as w:
         assert (w.getframerate(), w.getsampwidth()) == (16000, 2)

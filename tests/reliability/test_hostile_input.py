@@ -36,6 +36,27 @@ def hostile_text(max_pieces: int = 12) -> st.SearchStrategy[str]:
     return st.lists(piece, max_size=max_pieces).map("".join)
 
 
+# markup for SSML turns: well-formed pieces, hostile ones (DTD, entities), and pieces that cut tags in two
+SSML_FRAGMENTS = [
+    "<speak>", "</speak>", "<p>", "</p>", "<s>", "</s>", '<break time="300ms"/>', '<break strength="strong"/>',
+    '<break time="3600s"/>', '<mark name="m"/>', '<prosody rate="fast" volume="-6dB">', '<prosody volume="silent">',
+    "</prosody>", '<say-as interpret-as="digits">', '<say-as interpret-as="telephone">', "</say-as>",
+    '<sub alias="世界卫生组织">', "</sub>", '<phoneme alphabet="pinyin" ph="chao2 yang2">', "</phoneme>",
+    "<emphasis>", "</emphasis>", "&amp;", "&#x4E2D;", "&lol;", '<!DOCTYPE speak [<!ENTITY lol "lol">]>',
+    "<?xml version=\"1.0\"?>", "<!-- c -->", "<speak", ' xml:lang="zh-CN">', "<say-as interpret-", '="', "</",
+]
+
+
+def hostile_ssml(max_pieces: int = 16) -> st.SearchStrategy[str]:
+    piece = st.one_of(st.sampled_from(SSML_FRAGMENTS), st.sampled_from(FRAGMENTS), st.text(max_size=4))
+    return st.lists(piece, max_size=max_pieces).map("".join)
+
+
+def ssml_event(text: str, turn_id: str = "") -> pb.ClientEvent:
+    return pb.ClientEvent(text=pb.TextDelta(text=text, turn_id=turn_id,
+                                            turn_options=pb.TurnOptions(text_format=pb.TurnOptions.SSML)))
+
+
 TURN_IDS = st.sampled_from(["", "", "a", "b", "t" * 300, "🙂", "\u202eevil", "\x00"])
 
 
@@ -62,7 +83,8 @@ def weighted(*choices: tuple[int, st.SearchStrategy]) -> st.SearchStrategy:
 
 
 def client_event() -> st.SearchStrategy[pb.ClientEvent]:
-    text = st.builds(lambda t, i: text_event(t, turn_id=i), hostile_text(), TURN_IDS)
+    text = weighted((3, st.builds(lambda t, i: text_event(t, turn_id=i), hostile_text(), TURN_IDS)),
+                    (1, st.builds(lambda t, i: ssml_event(t, turn_id=i), hostile_ssml(), TURN_IDS)))
     control = st.one_of(
         st.builds(lambda i: flush_event(i), TURN_IDS),
         st.builds(lambda n, i: pb.ClientEvent(mark=pb.Mark(name=n, turn_id=i)), hostile_text(3), TURN_IDS),
@@ -340,3 +362,51 @@ def test_corrupt_messages_are_invalid_argument(checked, wire):
     with pytest.raises(grpc.RpcError) as err:
         normalize(wire, timeout=CALL_TIMEOUT_S)
     assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
+
+
+BILLION_LAUGHS = ('<?xml version="1.0"?><!DOCTYPE speak [<!ENTITY lol "lol">'
+                  + "".join(f'<!ENTITY lol{i} "{f"&lol{i - 1};" * 10 if i > 1 else "&lol;" * 10}">' for i in range(1, 10))
+                  + "]><speak>&lol9;</speak>")
+HOSTILE_SSML = {  # document, the deltas' size, what the turn's INVALID_SSML error says
+    "billion-laughs": (BILLION_LAUGHS, 7, "DOCTYPE"),
+    "external-entity": ('<?xml version="1.0"?><!DOCTYPE speak [<!ENTITY x SYSTEM "file:///etc/passwd">]>'
+                        "<speak>&x;</speak>", 5, "DOCTYPE"),
+    "dtd": ('<!DOCTYPE speak SYSTEM "http://example.com/ssml.dtd"><speak>您好</speak>', 3, "DOCTYPE"),
+    "10000-tags": ("<speak>" + "<s>好</s>" * 10_000 + "</speak>", 1_000, "more than 2000 elements"),
+    "deep-nesting": ("<speak>" + "<prosody>" * 200 + "好" + "</prosody>" * 200 + "</speak>", 50, "nest deeper than"),
+    "unclosed-split": ('<speak>您好<say-as interpret-as="digits">1234</say-', 4, "ends inside a tag"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_SSML))
+def test_hostile_ssml_fails_only_its_turn(checked, name):
+    """Billion laughs, external entities, a DTD, 10 000 tags, deep nesting, a tag cut off at the end: an in-band
+    INVALID_SSML for that turn (nothing expanded or fetched, no hang), and the next turn is spoken."""
+    stub, _, _ = checked
+    doc, size, says = HOSTILE_SSML[name]
+    deltas = [ssml_event(doc[i:i + size], turn_id="x") for i in range(0, len(doc), size)]
+    code, details, out = converse(stub, [config_event(), *deltas, flush_event("x"), text_event("您好。", turn_id="ok"),
+                                         end_event()])
+    assert code is grpc.StatusCode.OK, details
+    errors = [e.error for e in out if e.HasField("error")]
+    assert [(e.code, e.turn_id) for e in errors] == [(pb.Error.INVALID_SSML, "x")], errors
+    assert says in errors[0].message and errors[0].message.startswith("SSML line 1, column ")
+    assert "lollol" not in errors[0].message and "root:" not in errors[0].message
+    assert [e.turn_done.turn_id for e in out if e.HasField("turn_done")] == ["ok"]
+    if len(doc) <= 5_000:  # Synthesize takes at most 5 000 characters: refused before any audio
+        with pytest.raises(grpc.RpcError) as err:
+            list(stub.Synthesize(pb.SynthesizeRequest(text=doc, options=pb.TurnOptions(
+                text_format=pb.TurnOptions.SSML)), timeout=CALL_TIMEOUT_S))
+        assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT and says in err.value.details()
+
+
+def test_an_hour_long_break_is_clamped_with_a_warning(checked):
+    stub, _, _ = checked
+    code, details, out = converse(stub, [
+        config_event(), ssml_event('<speak>您好<break time="3600s"/>再见<break time="3600s"/></speak>', "x"),
+        flush_event("x"), end_event()])
+    assert code is grpc.StatusCode.OK, details
+    warnings = [e.warning for e in out if e.HasField("warning")]
+    assert [w.code for w in warnings] == ["ssml_break_clamped"] * 2 and "10000 ms" in warnings[0].message
+    done = [e.turn_done for e in out if e.HasField("turn_done")]
+    assert len(done) == 1 and 20_000 <= done[0].audio_ms <= 20_000 + 2 * 400  # two 10 s breaks and the speech

@@ -117,18 +117,3 @@ async def test_speaking_rate_is_answered_with_a_warning_not_ignored(tiny_server)
     assert "turn_options.speaking_rate 0.8" in warnings[1].message
     assert "warning" not in kinds(plain)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "0.5 to 2" in err.value.details()
-
-
-async def test_ssml_turns_are_refused_until_wired(tiny_server):
-    ssml = pb.TurnOptions(text_format=pb.TurnOptions.SSML)
-    async with stub_for(tiny_server.port) as stub:
-        events = await collect(stub.Converse(iter([
-            config_event(), pb.ClientEvent(text=pb.TextDelta(text="<speak>您好</speak>", turn_id="a", turn_options=ssml)),
-            flush_event("a"), end_event()])))
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            await collect(stub.Synthesize(pb.SynthesizeRequest(text="<speak>您好</speak>", options=ssml)))
-    errors = [e.error for e in events if e.HasField("error")]
-    assert [e.code for e in errors] == [pb.Error.INVALID_OPTIONS, pb.Error.UNKNOWN_TURN]  # the turn never opened
-    assert "SSML" in errors[0].message
-    assert "audio" not in kinds(events)
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "text_format SSML" in err.value.details()

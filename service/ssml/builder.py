@@ -1,0 +1,197 @@
+"""The SSML parser's target: expat's callbacks (start, end, data) turned into events, with positions and limits."""
+
+from __future__ import annotations
+
+from service.ssml.elements import ElementHandlers, Frame
+from service.ssml.model import Cut, Event, ProsodyAt, SsmlError, SsmlLimits, SsmlWarning, TextPiece
+from service.ssml.values import ValueProblem
+
+SSML_NS = "http://www.w3.org/2001/10/synthesis"
+_XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
+#: Elements whose content is spoken as ordinary text (their own effect is applied or warned about).
+_INLINE = frozenset({"speak", "p", "s", "paragraph", "sentence", "lang", "emphasis", "audio", "voice", "w", "token",
+                     "lookup", "prosody"})
+#: Elements whose content is never spoken.
+_SILENT = frozenset({"meta", "metadata", "desc", "lexicon"})
+#: Elements whose text is collected whole before it is released (their span or replacement needs all of it).
+_ATOMIC = frozenset({"say-as", "sub", "phoneme"})
+_EMPTY = frozenset({"break", "mark"})
+SUPPORTED = sorted(_INLINE | _SILENT | _ATOMIC | _EMPTY)
+_MAX_WARNINGS = 32
+
+
+def _is_cjk(c: str) -> bool:
+    """Han characters and CJK/fullwidth punctuation: a space next to one is layout, not a word gap."""
+    cp = ord(c)
+    return (0x2E80 <= cp <= 0x9FFF or 0xF900 <= cp <= 0xFAFF or 0xFE30 <= cp <= 0xFE4F or 0xFF00 <= cp <= 0xFFEF
+            or 0x20000 <= cp <= 0x3FFFF)
+
+
+class Builder(ElementHandlers):
+    """The parser's target: turns expat callbacks into events (one instance per document)."""
+
+    def __init__(self, limits: SsmlLimits, base_rate: float, base_volume_db: float | None) -> None:
+        self.limits = limits
+        self.expat = None  # set by SsmlStream: the pyexpat parser, for positions
+        self.stack: list[Frame] = []
+        self.elements = 0
+        self.root_seen = False
+        self.root_closed = False
+        self.base_rate = base_rate
+        self.base_volume_db = base_volume_db
+        self.events: list[Event] = []
+        self.text_len = 0  # code points released so far
+        self.release: list[str] = []  # text not yet put in a TextPiece
+        self.held: list[str] | None = None  # content of the open atomic element
+        self.last_char: str | None = None
+        self.pending_space = False
+        self.total_break_ms = 0
+        self.last_cut_pos = -1
+        self.prosody_emitted: tuple[float, float | None] = (base_rate, base_volume_db)
+        self.prosody_wanted = self.prosody_emitted  # applied at the next character (no empty ranges)
+        self.warned: set[str] = set()
+        self.n_warnings = 0
+
+    # -- positions, errors, warnings -------------------------------------------------------------------
+
+    def where(self) -> tuple[int, int]:
+        """1-based line and column of the construct expat is reporting."""
+        return int(self.expat.CurrentLineNumber), int(self.expat.CurrentColumnNumber) + 1
+
+    def fail(self, message: str, at: tuple[int, int] | None = None) -> SsmlError:
+        line, column = at or self.where()
+        return SsmlError(message, line, column)
+
+    def warn(self, code: str, message: str, once: bool = False) -> None:
+        if once:
+            if code in self.warned:
+                return
+            self.warned.add(code)
+        self.n_warnings += 1
+        if self.n_warnings > _MAX_WARNINGS:
+            if self.n_warnings == _MAX_WARNINGS + 1:
+                self._emit(SsmlWarning("ssml_warnings_truncated", f"more than {_MAX_WARNINGS} SSML warnings; "
+                                                                  "the rest are not reported"))
+            return
+        line, column = self.where()
+        self._emit(SsmlWarning(code, f"line {line}, column {column}: {message}"))
+
+    # -- output ------------------------------------------------------------------------------------------
+
+    def _emit(self, event: Event) -> None:
+        self.flush_text()  # text before the event comes first, however the input was split
+        self.events.append(event)
+
+    def flush_text(self) -> None:
+        """Put the released characters into a TextPiece (before any positioned event)."""
+        if self.release:
+            text = "".join(self.release)
+            self.release.clear()
+            self.events.append(TextPiece(self.text_len, text))
+            self.text_len += len(text)
+
+    def position(self) -> int:
+        """Text offset of the next character (a pending space is not counted yet)."""
+        return self.text_len + sum(len(s) for s in self.release)
+
+    def cut(self, pause_ms: int, reason: str) -> None:
+        """Segment boundary here; a pending space is dropped (a boundary is a pause anyway)."""
+        self.pending_space = False
+        pos = self.position()
+        if pause_ms == 0 and (pos == 0 or pos == self.last_cut_pos):
+            return
+        self.last_cut_pos = pos
+        self._emit(Cut(pos, pause_ms, reason))
+
+    def put_text(self, data: str, sink: list[str]) -> None:
+        """Append character data with XML whitespace collapsed: a run becomes one space between non-CJK text."""
+        for c in data:
+            if c.isspace():
+                self.pending_space = True
+                continue
+            if self.prosody_wanted != self.prosody_emitted:
+                self.apply_prosody()
+            if self.pending_space:
+                self.pending_space = False
+                if self.last_char is not None and not _is_cjk(self.last_char) and not _is_cjk(c):
+                    sink.append(" ")
+            sink.append(c)
+            self.last_char = c
+
+    def apply_prosody(self) -> None:
+        """The prosody in force changed since the last character: cut and say so, here."""
+        self.cut(0, "prosody")
+        self.prosody_emitted = self.prosody_wanted
+        self._emit(ProsodyAt(self.position(), *self.prosody_wanted))
+
+    # -- the target interface (xml.etree.ElementTree.XMLParser calls these) -------------------------------
+
+    def start(self, tag: str, attrib: dict[str, str]) -> None:
+        at = self.where()
+        self.elements += 1
+        if self.elements > self.limits.max_elements:
+            raise self.fail(f"more than {self.limits.max_elements} elements; split the text into several turns")
+        if len(self.stack) >= self.limits.max_depth:
+            raise self.fail(f"elements nest deeper than {self.limits.max_depth} levels; flatten the markup")
+        for key, value in attrib.items():
+            if len(value) > self.limits.max_attr_chars:
+                raise self.fail(f"attribute {key.split('}')[-1]} is longer than {self.limits.max_attr_chars} "
+                                "characters; shorten it")
+        ns, _, local = tag[1:].partition("}") if tag.startswith("{") else ("", "", tag)
+        parent = self.stack[-1] if self.stack else None
+        rate = parent.rate if parent else self.base_rate
+        volume = parent.volume_db if parent else self.base_volume_db
+        frame = Frame(local, at[0], at[1], rate, volume, silent=bool(parent and parent.silent))
+        if not self.root_seen:
+            if local != "speak" or ns not in ("", SSML_NS):
+                raise self.fail(f"the root element is <{local}>; an SSML document is one <speak> element")
+            self.root_seen = True
+        elif local == "speak" and ns in ("", SSML_NS):
+            raise self.fail("<speak> inside <speak>; use <p>, <s> or <voice> to structure the text")
+        if self.held is not None:
+            raise self.fail(f"<{local}> inside <{self.stack[-1].name}>, which holds text only; move it outside")
+        if frame.silent:  # inside <meta>, <desc>...: nothing in there is spoken or applied
+            frame.name = ""
+            self.stack.append(frame)
+            return
+        if ns not in ("", SSML_NS):
+            self.warn("ssml_element_ignored", f"element <{local}> of namespace {ns} is not supported; "
+                                              "its text is spoken")
+            frame.name = ""
+            self.stack.append(frame)
+            return
+        handler = getattr(self, "_start_" + local.replace("-", "_"), None)
+        if local not in SUPPORTED or handler is None:
+            raise self.fail(f"unsupported element <{local}>; supported: {', '.join(SUPPORTED)}")
+        lang = attrib.get(_XML_LANG)
+        if lang and lang.split("-")[0].lower() not in ("zh", "cmn"):
+            self.warn("ssml_language_ignored", f'xml:lang="{lang}": the voice speaks Mandarin only; the text is '
+                                               "read as Mandarin")
+        self.stack.append(frame)
+        try:
+            handler(frame, attrib)
+        except ValueProblem as exc:
+            raise self.fail(str(exc), at) from None
+
+    def end(self, tag: str) -> None:
+        frame = self.stack.pop()
+        handler = getattr(self, "_end_" + frame.name.replace("-", "_"), None) if frame.name else None
+        if handler is not None:
+            handler(frame)
+        if not self.stack:
+            self.root_closed = True
+            self.pending_space = False
+            self.flush_text()
+
+    def data(self, text: str) -> None:
+        if not self.stack or self.stack[-1].silent:
+            return
+        frame = self.stack[-1]
+        if frame.name in _EMPTY:
+            if text.strip():
+                raise self.fail(f"<{frame.name}> is empty; move the text after it")
+            return
+        if frame.alias is not None:
+            return  # <sub>: the written form is replaced by the alias
+        self.put_text(text, self.held if self.held is not None else self.release)
+
