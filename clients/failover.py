@@ -68,8 +68,15 @@ def lost_connection(err: VoxpoolError) -> bool:
     return False
 
 
+# gRPC core's answer to a call started on a channel whose transport has just failed (seen on the first reopen after
+# a cut connection, before the channel noticed): the call never reached a server.
+CORE_TRANSPORT_ERROR = "internal error from core"
+
+
 def worth_retrying(err: VoxpoolError) -> bool:
     """A failed reopen that another attempt (maybe on another server) can fix."""
+    if err.code == grpc.StatusCode.INTERNAL and CORE_TRANSPORT_ERROR in err.details.lower():
+        return True
     return lost_connection(err) or err.code in (grpc.StatusCode.RESOURCE_EXHAUSTED,
                                                 grpc.StatusCode.DEADLINE_EXCEEDED)
 
