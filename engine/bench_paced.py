@@ -111,7 +111,7 @@ def segment_texts(text: str, max_chars: int = 80, first_clause_cut: bool = True)
     return [p.text for p in parts if p.text.strip()]
 
 
-async def _paced_turn(engine: Any, segments: Sequence[Sequence[int]], rid: str, voice: str, seed: int,
+async def paced_turn(engine: Any, segments: Sequence[Sequence[int]], rid: str, voice: str, seed: int,
                       playout: PacedPlayout) -> dict[str, Any]:
     """One turn: its segments one after another; returns the turn record (clients.bench_metrics keys)."""
     submit_s = time.perf_counter()
@@ -152,7 +152,7 @@ async def run_paced_closed_loop(
         k = 0
         while time.perf_counter() - t0 < duration_s:
             item = pick_texts(items, 1, seed, concurrency, w, k)[0]  # the gRPC bench's closed-loop draw
-            rec = await _paced_turn(engine, ids_of(item.text), f"{run_tag}-c{w}-t{k}", voice, seed, playout)
+            rec = await paced_turn(engine, ids_of(item.text), f"{run_tag}-c{w}-t{k}", voice, seed, playout)
             rec.update(i=k, worker=w, text_id=item.id, **{"class": item.cls})
             out.append(rec)
             k += 1

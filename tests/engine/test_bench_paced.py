@@ -90,3 +90,20 @@ async def test_tiny_paced_closed_loop() -> None:
     for w in (0, 1):
         turns = [r for r in records if r["worker"] == w]
         assert [r["i"] for r in turns] == list(range(len(turns)))
+
+
+async def test_starts_bench_runs_every_variant_on_every_schedule() -> None:
+    from engine.bench_starts import format_row, run_variants
+
+    voice = make_tiny_voice()
+    base = {"voices": ["tiny"], "max_slots": 4, "first_chunk_frames": 8, "chunk_frames": 12}
+    items = [TextItem("a", "short", "x"), TextItem("b", "short", "y")]
+    ids = {"x": [[1, 2, 3, 4]], "y": [[2, 3, 4, 5, 6], [7, 8]]}
+    variants = [{}, {"max_ramping_streams": 0}]
+    rows = await run_variants(base, variants, {"tiny": voice}, "tiny", items, ids.__getitem__, [3], [(20.0, 0.2)],
+                              1, 42)
+    assert [(r["variant"], r["schedule"].split()[0]) for r in rows] == [
+        ({}, "3"), ({"max_ramping_streams": 0}, "3"), ({}, "poisson"), ({"max_ramping_streams": 0}, "poisson")]
+    assert all(r["errors"] == 0 for r in rows)
+    assert len(rows[0]["ttfa_ms_sorted"]) == 3 and rows[0]["ttfa_ms_sorted"] == sorted(rows[0]["ttfa_ms_sorted"])
+    assert "| {} | 3 at once |" in format_row(rows[0])
