@@ -243,11 +243,14 @@ async def paced_benchmark(
     for backend in backends:
         for n in concurrency:
             engine, observer = await _started(backend, n, config, voices)
+            load0, cpu0, idle_rss = os.getloadavg()[0], time.process_time(), _rss_mib()
             records, wall = await run_paced_closed_loop(engine, items, ids_of, n, duration_s, seed, voice, playout,
                                                         run_tag=f"{backend}-{n}")
+            cpu_s, rss = time.process_time() - cpu0, _rss_mib()
             await engine.stop()
             row = {"backend": backend, "concurrency": n, "pacing": "realtime", "duration_s": duration_s,
-                   **paced_row(records, wall), "turn_records": records}
+                   **paced_row(records, wall), "cpu_s": cpu_s, "rss_mib": rss, "idle_rss_mib": idle_rss,
+                   "load_before": load0, "turn_records": records}
             if observer is not None:
                 row["engine"] = iteration_summary(observer)
             rows.append(row)
@@ -289,6 +292,15 @@ def _table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple]) -> str:
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """Fixed-width table of the result rows (ASAP: TTFA, RTF, on-time chunks and requests, ×RT)."""
     return _table(rows, _ASAP_COLUMNS)
+
+
+def _rss_mib() -> float:
+    """This process's resident memory in MiB (Linux /proc; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        return 0.0
 
 
 def format_paced_table(rows: Sequence[dict[str, Any]]) -> str:

@@ -79,3 +79,24 @@ def test_torch_runner_claims_its_thread_count_and_leaves_the_caller_serial() -> 
         return caller, seen["engine"]
 
     assert _in_thread(build_and_run) == (1, 2)
+
+
+def test_engine_thread_is_named_for_the_os() -> None:
+    import sys
+    import threading
+
+    from engine.threads import claim_engine_thread
+
+    names: list[str] = []
+
+    def engine_thread() -> None:
+        claim_engine_thread(1)
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm", encoding="utf-8") as f:
+            names.append(f.read().strip())
+
+    if not sys.platform.startswith("linux"):
+        return
+    t = threading.Thread(target=engine_thread)
+    t.start()
+    t.join()
+    assert names == ["voxpool-engine"]
