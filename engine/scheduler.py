@@ -37,6 +37,10 @@ Policy (also in docs/engine.md):
   (a wait bound expiring, a paused stream to re-check); the loop sleeps until then or the next submission.
 
 Counts of urgent requests, deferred chunks and skipped decode rows go to telemetry every iteration.
+
+Planning (`plan`, `pick_chunks`) reads the pool and changes nothing: a plan carries what it wants remembered (when
+a stream was paused, when a non-urgent chunk became ready, when each voice's decoder call was planned) and
+`commit` writes it when the engine core carries the plan out; planning twice on the same state gives the same plan.
 """
 
 from __future__ import annotations
