@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.voxpool-installed
 PYTEST_ARGS ?=
 
-.PHONY: serve test test-load install voice bench clean
+.PHONY: serve test test-load install voice bench capacity clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,12 @@ test: $(STAMP)
 # The load lane: latency percentiles, wall and CPU time, on-time fractions, the soak slope, DNSMOS.
 test-load: $(STAMP)
 	$(PY) -m pytest -q --load tests/load $(PYTEST_ARGS)
+
+# The issue-13 capacity table: gRPC REALTIME calls (engine, naive) beside the in-process paced run (docs/benchmarks.md).
+# About 20 minutes with the default 30 s per level; CAPACITY_ARGS="--duration-s 5 --levels 1,2" for a smoke run.
+CAPACITY_ARGS ?=
+capacity: $(STAMP)
+	$(PY) -m clients.capacity_run --json bench-results/capacity.json $(CAPACITY_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -10,6 +10,13 @@ finished) through the backend's OutputStream API, timing every chunk as the cons
 * ×RT: audio seconds produced per wall second over the whole run.
 
 Prints a table and writes JSON (per-run summaries, the engine's per-iteration batch sizes, machine info).
+
+`--pacing realtime` reads the audio at playback speed instead (engine/bench_paced.py): N calls for `--duration-s`,
+each speaking turns of `--text-class` back to back, released frame by frame as the gRPC edge releases them, and
+summarized with the gRPC bench's own metric code, so the figure stands beside
+`voxpool bench --pacing REALTIME --concurrency N --text-class mixed --duration-s D` at the same N:
+
+    python -m engine.bench --pacing realtime --backends engine --concurrency 16,24 --duration-s 30
 """
 
 from __future__ import annotations
@@ -192,6 +199,17 @@ def make_engine(backend: str, config: EngineConfig, voices: dict, observer: Reco
     return AsyncEngine(make_baseline(backend, config, runners, observers))
 
 
+async def _started(backend: str, streams: int, config: EngineConfig, voices: dict
+                   ) -> tuple[AsyncEngine, RecordingObserver | None]:
+    """A started backend with room for `streams` live requests (and the engine's iteration recorder)."""
+    if streams > config.max_slots + config.max_waiting:
+        config = EngineConfig.from_dict({**config.to_dict(), "max_waiting": streams})
+    observer = RecordingObserver() if backend == "engine" else None
+    engine = make_engine(backend, config, voices, observer)
+    await engine.start()
+    return engine, observer
+
+
 async def benchmark(
     config: EngineConfig, voices: dict, voice: str, items: Sequence[tuple[str, list[int]]],
     concurrency: Sequence[int], per_stream: int, backends: Sequence[str],
@@ -201,15 +219,38 @@ async def benchmark(
     rows = []
     for backend in backends:
         for n in concurrency:
-            cfg = config
-            if n > config.max_slots + config.max_waiting:
-                cfg = EngineConfig.from_dict({**config.to_dict(), "max_waiting": n})
-            observer = RecordingObserver() if backend == "engine" else None
-            engine = make_engine(backend, cfg, voices, observer)
-            await engine.start()
+            engine, observer = await _started(backend, n, config, voices)
             records, wall = await run_load(engine, items, n, per_stream, voice, run_tag=f"{backend}-{n}")
             await engine.stop()
             row = {"backend": backend, "concurrency": n, "per_stream": per_stream, **summarize(records, wall)}
+            if observer is not None:
+                row["engine"] = iteration_summary(observer)
+            rows.append(row)
+            progress(row)
+    return rows
+
+
+async def paced_benchmark(
+    config: EngineConfig, voices: dict, voice: str, items: Sequence[Any], ids_of: Callable[[str], list],
+    concurrency: Sequence[int], duration_s: float, backends: Sequence[str], seed: int = 42,
+    playout: Any = None, progress: Callable[[dict[str, Any]], None] = lambda row: None,
+) -> list[dict[str, Any]]:
+    """Every backend at every call count, read at playback speed (engine/bench_paced.py); one row each."""
+    from engine.bench_paced import PacedPlayout, paced_row, run_paced_closed_loop
+
+    playout = playout or PacedPlayout()
+    rows = []
+    for backend in backends:
+        for n in concurrency:
+            engine, observer = await _started(backend, n, config, voices)
+            load0, cpu0, idle_rss = os.getloadavg()[0], time.process_time(), _rss_mib()
+            records, wall = await run_paced_closed_loop(engine, items, ids_of, n, duration_s, seed, voice, playout,
+                                                        run_tag=f"{backend}-{n}")
+            cpu_s, rss = time.process_time() - cpu0, _rss_mib()
+            await engine.stop()
+            row = {"backend": backend, "concurrency": n, "pacing": "realtime", "duration_s": duration_s,
+                   **paced_row(records, wall), "cpu_s": cpu_s, "rss_mib": rss, "idle_rss_mib": idle_rss,
+                   "load_before": load0, "turn_records": records}
             if observer is not None:
                 row["engine"] = iteration_summary(observer)
             rows.append(row)
@@ -223,19 +264,48 @@ def _fmt(value: Any, scale: float = 1.0, digits: int = 0) -> str:
     return f"{value * scale:.{digits}f}"
 
 
-def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    """Fixed-width table of the result rows."""
-    head = f"{'backend':<16}{'conc':>5}{'reqs':>6}{'err':>5}{'TTFA p50':>10}{'TTFA p90':>10}{'RTF p50':>9}" \
-           f"{'RTF p90':>9}{'on-time':>9}{'all-ok':>8}{'xRT':>7}"
+# (title, width, row key, scale, digits, suffix): one column of a printed table
+_ASAP_COLUMNS = (("conc", 5, "concurrency", 0, -1, ""), ("reqs", 6, "requests", 0, -1, ""),
+                 ("err", 5, "errors", 0, -1, ""), ("TTFA p50", 10, "ttfa_ms_p50", 1, 0, ""),
+                 ("TTFA p90", 10, "ttfa_ms_p90", 1, 0, ""), ("RTF p50", 9, "rtf_p50", 1, 3, ""),
+                 ("RTF p90", 9, "rtf_p90", 1, 3, ""), ("on-time", 9, "chunks_on_time", 100, 1, "%"),
+                 ("all-ok", 8, "requests_all_on_time", 100, 0, "%"), ("xRT", 7, "x_realtime", 1, 1, ""))
+_PACED_COLUMNS = (("calls", 6, "concurrency", 0, -1, ""), ("turns", 6, "turns", 0, -1, ""),
+                  ("err", 5, "errors", 0, -1, ""), ("TTFA p50", 10, "ttfa_ms_p50", 1, 0, ""),
+                  ("TTFA p90", 10, "ttfa_ms_p90", 1, 0, ""), ("chunks ok", 11, "chunks_on_time", 100, 1, "%"),
+                  ("turns ok", 10, "turns_all_on_time", 100, 0, "%"), ("fill", 7, "turns_with_fill", 100, 0, "%"),
+                  ("xRT", 7, "x_realtime", 1, 1, ""))
+
+
+def _table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple]) -> str:
+    head = f"{'backend':<16}" + "".join(f"{title:>{width}}" for title, width, *_ in columns)
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(
-            f"{r['backend']:<16}{r['concurrency']:>5}{r['requests']:>6}{r['errors']:>5}"
-            f"{_fmt(r['ttfa_ms_p50']):>10}{_fmt(r['ttfa_ms_p90']):>10}{_fmt(r['rtf_p50'], digits=3):>9}"
-            f"{_fmt(r['rtf_p90'], digits=3):>9}{_fmt(r['chunks_on_time'], 100, 1):>8}%"
-            f"{_fmt(r['requests_all_on_time'], 100, 0):>7}%{_fmt(r['x_realtime'], digits=1):>7}"
-        )
+        cells = []
+        for _, width, key, scale, digits, suffix in columns:
+            text = str(r[key]) if digits < 0 else _fmt(r[key], scale, digits) + suffix
+            cells.append(f"{text:>{width}}")
+        lines.append(f"{r['backend']:<16}" + "".join(cells))
     return "\n".join(lines)
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Fixed-width table of the result rows (ASAP: TTFA, RTF, on-time chunks and requests, ×RT)."""
+    return _table(rows, _ASAP_COLUMNS)
+
+
+def _rss_mib() -> float:
+    """This process's resident memory in MiB (Linux /proc; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        return 0.0
+
+
+def format_paced_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Fixed-width table of paced rows: the gRPC bench's figures (TTFA, on-time chunks and turns, fill, ×RT)."""
+    return _table(rows, _PACED_COLUMNS)
 
 
 def machine_info() -> dict[str, Any]:
@@ -266,6 +336,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-slots", type=int, default=32)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     p.add_argument("--engine", default="", help="extra EngineConfig keys as JSON, e.g. '{\"chunk_frames\": 32}'")
+    p.add_argument("--pacing", choices=["asap", "realtime"], default="asap",
+                   help="asap: read chunks as they come, N always-busy streams (default); realtime: N calls read "
+                        "at playback speed, turns back to back, gRPC bench metrics (engine/bench_paced.py)")
+    p.add_argument("--duration-s", type=float, default=30.0, help="realtime: seconds each call level runs")
+    p.add_argument("--text-class", default="mixed", help="realtime: text class of clients/texts/callcenter_zh.tsv")
+    p.add_argument("--seed", type=int, default=42, help="realtime: text draw seed (the gRPC bench's default)")
+    p.add_argument("--frame-ms", type=int, default=20, help="realtime: frame length of the release")
+    p.add_argument("--lead-ms", type=int, default=60, help="realtime: REALTIME lead")
     p.add_argument("--out", type=Path, default=Path("bench-results/engine.json"))
     return p.parse_args(argv)
 
@@ -286,8 +364,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "num_threads": args.threads, **overrides,
     })
     frontend = MandarinFrontend()
-    texts = load_texts(args.texts, [c for c in args.classes.split(",") if c])
-    items = [(tid, frontend.to_ids(text).ids) for tid, text in texts]
     voice = load_voice(args.voice, device=args.device, weights=args.weights)
     voices = {args.voice: voice}
     concurrency = [int(x) for x in args.concurrency.split(",") if x]
@@ -295,16 +371,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(backends) - set(BACKENDS))
     if unknown:
         raise SystemExit(f"unknown backends {unknown}; choose from {BACKENDS}")
+    paced = args.pacing == "realtime"
+    table = format_paced_table if paced else format_table
 
     def progress(row: dict[str, Any]) -> None:
-        print(format_table([row]).splitlines()[-1], flush=True)
+        print(table([row]).splitlines()[-1], flush=True)
 
-    print(format_table([]).splitlines()[0], flush=True)
-    rows = asyncio.run(
-        benchmark(config, voices, args.voice, items, concurrency, args.requests_per_stream, backends, progress)
-    )
+    print(table([]).splitlines()[0], flush=True)
+    if paced:
+        from clients.bench_workload import load_texts as load_items, select_texts
+        from engine.bench_paced import PacedPlayout, segment_texts
+
+        text_items = select_texts(load_items(None), args.text_class)
+        segment_ids = {t.text: [frontend.to_ids(seg).ids for seg in segment_texts(t.text)] for t in text_items}
+        items: Sequence[Any] = [(t.id, t.text) for t in text_items]
+        rows = asyncio.run(paced_benchmark(
+            config, voices, args.voice, text_items, segment_ids.__getitem__, concurrency, args.duration_s, backends,
+            args.seed, PacedPlayout(frame_ms=args.frame_ms, lead_ms=args.lead_ms), progress))
+    else:
+        texts = load_texts(args.texts, [c for c in args.classes.split(",") if c])
+        items = [(tid, frontend.to_ids(text).ids) for tid, text in texts]
+        rows = asyncio.run(
+            benchmark(config, voices, args.voice, items, concurrency, args.requests_per_stream, backends, progress)
+        )
     print()
-    print(format_table(rows))
+    print(table(rows))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     report = {
         "command": " ".join(["python -m engine.bench", *(argv if argv is not None else sys.argv[1:])]),

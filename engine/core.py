@@ -6,7 +6,8 @@ import collections
 import enum
 import logging
 import threading
-from typing import Iterable, Mapping, Protocol, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -31,7 +32,7 @@ from engine.request import (
     SynthesisRequest,
     now_s,
 )
-from engine.scheduler import ChunkJob, Scheduler
+from engine.scheduler import ChunkJob, ChunkPlan, Plan, Scheduler
 from engine.telemetry import EngineCounters, EngineObserver, IterationStats, ObserverFanout
 
 logger = logging.getLogger(__name__)
@@ -66,6 +67,27 @@ class _State(enum.Enum):
     STOPPING = "stopping"
     STOPPED = "stopped"
     DEAD = "dead"
+
+
+@dataclass(frozen=True)
+class ModuleCall:
+    """One batched module call of an iteration: encode or decode `requests`, or vocode `jobs` (their requests)."""
+
+    module: str  # "encode" | "decode" | "vocode"
+    voice: str
+    requests: list[Request]
+    steps: int = 0  # decode: decoder steps of this call
+    jobs: list[ChunkJob] = field(default_factory=list)  # vocode: the chunks, in the order of `requests`
+
+
+@dataclass(frozen=True)
+class ModuleResult:
+    """What a module call returned (`output`) or raised (`error`), and when it finished (engine clock)."""
+
+    call: ModuleCall
+    output: Any
+    error: BaseException | None
+    at_s: float
 
 
 class _TooManyFailures(RuntimeError):
@@ -295,30 +317,26 @@ class EngineCore:
                 request.cancelled = True
 
     def _iterate(self) -> tuple[bool, float | None]:
-        """One iteration; returns (did any work, when to wake if idle)."""
+        """One iteration; returns (did any work, when to wake if idle).
+
+        Schedule → run → apply, twice: the scheduler plans encode and decode (without changing anything), the
+        modules run, `_apply` writes their results into the requests; then the vocoder chunks are planned on the
+        decoded mel, run, and applied the same way. `_apply` is the one place results change requests.
+        """
         started = now_s()
         for request in self.pool.requests():
             if request.cancelled:
                 self._end(request, FinishReason.CANCELLED, None)
         self.pool.admit()
         plan = self.scheduler.plan(self.pool, started)
-        for request in plan.stalled:
-            self._end(
-                request,
-                FinishReason.ERROR,
-                ConsumerStalled(
-                    f"consumer left ≥{self.config.max_unread_audio_ms:.0f} ms unread for "
-                    f"{self.config.stalled_consumer_timeout_ms:.0f} ms",
-                    request_id=request.request_id,
-                ),
-            )
+        self._apply_plan(plan)
         failed_before = self._counters.failed_batches
         encode_n = decode_n = vocode_n = decode_steps = 0
 
         t0 = now_s()
         decode_sets = {voice: list(rows) for voice, rows in plan.decode.items()}
         for voice, requests in plan.encode.items():
-            encoded = self._run_encode(voice, requests)
+            encoded = self._apply(self._run(ModuleCall("encode", voice, requests)))
             encode_n += len(requests)
             rows = decode_sets.setdefault(voice, [])
             room = self.config.decode_batch_cap - sum(len(v) for v in decode_sets.values())
@@ -328,14 +346,15 @@ class EngineCore:
             if requests:
                 requests.sort(key=lambda r: r.slot)
                 steps = plan.decode_steps.get(voice, self.config.decode_steps_per_iteration)
-                self._run_decode(voice, requests, steps)
+                self._apply(self._run(ModuleCall("decode", voice, requests, steps=steps)))
                 decode_steps = max(decode_steps, steps)
                 decode_n += len(requests)
         t2 = now_s()
         decoder_busy = any(r.status is Status.DECODING for r in self.pool.active())
         chunks = self.scheduler.pick_chunks(self.pool, t2, decoder_busy)
+        self._apply_plan(chunks)
         for voice, jobs in chunks.vocode.items():
-            self._run_vocode(voice, jobs)
+            self._apply(self._run(ModuleCall("vocode", voice, [j.request for j in jobs], jobs=jobs)))
             vocode_n += len(jobs)
         t3 = now_s()
 
@@ -374,38 +393,78 @@ class EngineCore:
         )
         return True, None
 
-    # ------------------------------------------------------------------ modules
+    # ------------------------------------------------------------------ run and apply
 
-    def _run_encode(self, voice: str, requests: list[Request]) -> list[Request]:
-        runner = self.runners[voice]
+    def _apply_plan(self, plan: Plan | ChunkPlan) -> None:
+        """Carry out a plan's own decisions: its bookkeeping (Scheduler.commit), and stalled consumers end."""
+        self.scheduler.commit(plan)
+        for request in getattr(plan, "stalled", ()):
+            self._end(
+                request,
+                FinishReason.ERROR,
+                ConsumerStalled(
+                    f"consumer left ≥{self.config.max_unread_audio_ms:.0f} ms unread for "
+                    f"{self.config.stalled_consumer_timeout_ms:.0f} ms",
+                    request_id=request.request_id,
+                ),
+            )
+
+    def _run(self, call: ModuleCall) -> ModuleResult:
+        """Run one batched module call; an exception is the result's error (applied like any result)."""
+        runner = self.runners[call.voice]
         try:
-            runner.encode([r.slot for r in requests], [r.spec.ids for r in requests], [r.spec.seed for r in requests])
-        except InvalidRequest as exc:
-            for request in requests:
-                self._end(request, FinishReason.ERROR, InvalidRequest(str(exc), request_id=request.request_id))
-            return []
-        except Exception as exc:  # noqa: BLE001 - a failed batch fails its requests only
-            self._fail_batch("encode", requests, exc)
+            if call.module == "encode":
+                rs = call.requests
+                output: Any = runner.encode([r.slot for r in rs], [r.spec.ids for r in rs], [r.spec.seed for r in rs])
+            elif call.module == "decode":
+                output = runner.decode([r.slot for r in call.requests], call.steps, self.config.prenet_dropout)
+            else:
+                output = runner.vocode([
+                    VocodeJob(slot=j.request.slot, start_frame=j.start_frame, end_frame=j.end_frame,
+                              utterance_frames=j.request.end_frame, first=j.start_frame == 0, last=j.last)
+                    for j in call.jobs
+                ])
+                if len(output) != len(call.jobs):
+                    raise RuntimeError(f"vocoder returned {len(output)} results for {len(call.jobs)} chunks")
+        except Exception as exc:  # noqa: BLE001 - a failed batch fails its requests only (in _apply)
+            return ModuleResult(call, None, exc, now_s())
+        return ModuleResult(call, output, None, now_s())
+
+    def _apply(self, result: ModuleResult) -> list[Request]:
+        """The one place a module's result changes requests: status, decoded frames, audio out, endings.
+
+        Returns the requests the call served (none when it failed).
+        """
+        call = result.call
+        if result.error is not None:
+            if call.module == "encode" and isinstance(result.error, InvalidRequest):
+                for request in call.requests:
+                    self._end(request, FinishReason.ERROR, InvalidRequest(str(result.error),
+                                                                          request_id=request.request_id))
+            else:
+                self._fail_batch(call.module, call.requests, result.error)
             return []
         self._batch_ok()
-        self._counters.encode_calls += 1
-        self._counters.encoded_items += len(requests)
-        t = now_s()
-        for request in requests:
-            request.status = Status.DECODING
-            request.timings.encoded_s = t
-        return requests
+        runner = self.runners[call.voice]
+        c = self._counters
+        if call.module == "encode":
+            c.encode_calls += 1
+            c.encoded_items += len(call.requests)
+            for request in call.requests:
+                request.status = Status.DECODING
+                request.timings.encoded_s = result.at_s
+        elif call.module == "decode":
+            c.decode_calls += 1
+            c.decoded_rows += len(call.requests)
+            self._apply_decode(runner, call.requests, result.output)
+        else:
+            c.vocode_calls += 1
+            c.vocoded_chunks += len(call.jobs)
+            for job, samples in zip(call.jobs, result.output):
+                self._apply_chunk(runner, job, samples, result.at_s)
+        return call.requests
 
-    def _run_decode(self, voice: str, requests: list[Request], steps: int) -> None:
-        runner = self.runners[voice]
-        try:
-            rows = runner.decode([r.slot for r in requests], steps, self.config.prenet_dropout)
-        except Exception as exc:  # noqa: BLE001
-            self._fail_batch("decode", requests, exc)
-            return
-        self._batch_ok()
-        self._counters.decode_calls += 1
-        self._counters.decoded_rows += len(requests)
+    def _apply_decode(self, runner: ModuleRunner, requests: Sequence[Request], rows: Any) -> None:
         r_frames = runner.timing.reduction_factor
         for i, request in enumerate(requests):
             valid = int(rows.valid_steps[i])
@@ -419,65 +478,39 @@ class EngineCore:
                 request.end_frame = request.frames_decided  # the trailing trim: quiet frames at the end go
                 request.status = Status.DRAINING
 
-    def _run_vocode(self, voice: str, jobs: list[ChunkJob]) -> None:
-        runner = self.runners[voice]
-        requests = [j.request for j in jobs]
-        try:
-            audio = runner.vocode(
-                [
-                    VocodeJob(
-                        slot=j.request.slot,
-                        start_frame=j.start_frame,
-                        end_frame=j.end_frame,
-                        utterance_frames=j.request.end_frame,
-                        first=j.start_frame == 0,
-                        last=j.last,
-                    )
-                    for j in jobs
-                ]
-            )
-            if len(audio) != len(jobs):
-                raise RuntimeError(f"vocoder returned {len(audio)} results for {len(jobs)} chunks")
-        except Exception as exc:  # noqa: BLE001
-            self._fail_batch("vocode", requests, exc)
-            return
-        self._batch_ok()
-        self._counters.vocode_calls += 1
-        self._counters.vocoded_chunks += len(jobs)
-        t = now_s()
+    def _apply_chunk(self, runner: ModuleRunner, job: ChunkJob, samples: Any, at_s: float) -> None:
+        request = job.request
         r_frames, hop = runner.timing.reduction_factor, runner.timing.hop_samples
-        for job, samples in zip(jobs, audio):
-            request = job.request
-            samples = np.asarray(samples, dtype=np.float32).reshape(-1)
-            if samples.size:
-                first = request.timings.first_audio_s is None
-                # the decoder steps whose audio starts in this chunk (the vocoder returns audio later than the
-                # frames fed, and chunk edges need not fall on frame edges)
-                step_samples = r_frames * hop
-                positions = np.asarray(
-                    request.peaks[-(-request.samples_emitted // step_samples):
-                                  -(-(request.samples_emitted + samples.size) // step_samples)],
-                    dtype=np.int32,
+        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
+        if samples.size:
+            first = request.timings.first_audio_s is None
+            # the decoder steps whose audio starts in this chunk (the vocoder returns audio later than the
+            # frames fed, and chunk edges need not fall on frame edges)
+            step_samples = r_frames * hop
+            positions = np.asarray(
+                request.peaks[-(-request.samples_emitted // step_samples):
+                              -(-(request.samples_emitted + samples.size) // step_samples)],
+                dtype=np.int32,
+            )
+            request.sink.publish_chunk(
+                AudioChunk(
+                    samples=samples,
+                    start_sample=request.samples_emitted,
+                    input_positions=positions,
+                    first=first,
+                    sample_rate_hz=runner.timing.sample_rate_hz,
                 )
-                request.sink.publish_chunk(
-                    AudioChunk(
-                        samples=samples,
-                        start_sample=request.samples_emitted,
-                        input_positions=positions,
-                        first=first,
-                        sample_rate_hz=runner.timing.sample_rate_hz,
-                    )
-                )
-                if first:
-                    request.timings.first_audio_s = t
-                request.samples_emitted += int(samples.size)
-                request.timings.audio_samples = request.samples_emitted
-                request.timings.chunks += 1
-                self._counters.audio_samples += int(samples.size)
-            request.frames_emitted = job.end_frame
-            request.ready_since_s = None
-            if job.last:
-                self._end(request, FinishReason.COMPLETED, None)
+            )
+            if first:
+                request.timings.first_audio_s = at_s
+            request.samples_emitted += int(samples.size)
+            request.timings.audio_samples = request.samples_emitted
+            request.timings.chunks += 1
+            self._counters.audio_samples += int(samples.size)
+        request.frames_emitted = job.end_frame
+        request.ready_since_s = None
+        if job.last:
+            self._end(request, FinishReason.COMPLETED, None)
 
     # ------------------------------------------------------------------ endings
 

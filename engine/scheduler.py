@@ -37,6 +37,10 @@ Policy (also in docs/engine.md):
   (a wait bound expiring, a paused stream to re-check); the loop sleeps until then or the next submission.
 
 Counts of urgent requests, deferred chunks and skipped decode rows go to telemetry every iteration.
+
+Planning (`plan`, `pick_chunks`) reads the pool and changes nothing: a plan carries what it wants remembered (when
+a stream was paused, when a non-urgent chunk became ready, when each voice's decoder call was planned) and
+`commit` writes it when the engine core carries the plan out; planning twice on the same state gives the same plan.
 """
 
 from __future__ import annotations
@@ -88,7 +92,12 @@ class ChunkJob:
 
 @dataclass
 class Plan:
-    """The encode/decode part of one iteration, grouped by voice (module-wise batches are per voice)."""
+    """The encode/decode part of one iteration, grouped by voice (module-wise batches are per voice).
+
+    Planning changes nothing: what the plan wants remembered (when a stream was paused, when each voice's
+    decoder call was planned) is in `paused_since` and `planned_at_s`, written by `Scheduler.commit` when the core
+    carries the plan out.
+    """
 
     encode: dict[str, list[Request]] = field(default_factory=dict)
     decode: dict[str, list[Request]] = field(default_factory=dict)
@@ -98,6 +107,8 @@ class Plan:
     skipped_decode: int = 0
     paused: int = 0
     wake_at_s: float | None = None
+    paused_since: list[tuple[Request, float | None]] = field(default_factory=list)  # new Request.paused_since_s
+    planned_at_s: float | None = None
 
     @property
     def empty(self) -> bool:
@@ -107,11 +118,17 @@ class Plan:
 
 @dataclass
 class ChunkPlan:
-    """The vocode part of one iteration (picked after the decoder ran, so fresh chunks go out at once)."""
+    """The vocode part of one iteration (picked after the decoder ran, so fresh chunks go out at once).
+
+    `held`: first chunks ready but waiting (staggered starts). `ready_since`: new Request.ready_since_s values
+    (when a non-urgent chunk became vocodable, for the wait bound), written by `Scheduler.commit`.
+    """
 
     vocode: dict[str, list[ChunkJob]] = field(default_factory=dict)
     deferred_chunks: int = 0
     wake_at_s: float | None = None
+    held: list[ChunkJob] = field(default_factory=list)
+    ready_since: list[tuple[Request, float | None]] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -133,6 +150,18 @@ class Scheduler:
         self._unread_ms = unread_ms
         self._last_decode_s: dict[str, float] = {}  # when each voice's previous decoder call was planned
 
+    def commit(self, plan: Plan | ChunkPlan) -> None:
+        """Write down what a plan being carried out wants remembered (the core calls this, once per plan)."""
+        if isinstance(plan, Plan):
+            for request, since in plan.paused_since:
+                request.paused_since_s = since
+            if plan.planned_at_s is not None:
+                for voice in plan.decode_steps:
+                    self._last_decode_s[voice] = plan.planned_at_s
+        else:
+            for request, since in plan.ready_since:
+                request.ready_since_s = since
+
     def decode_steps(self, voice: str, now: float, ramping: bool = False) -> int:
         """Decoder steps for this iteration's call: enough to keep pace with playback since the previous call.
 
@@ -144,8 +173,7 @@ class Scheduler:
         """
         cfg = self.config
         vt = self.timings[voice]
-        last = self._last_decode_s.get(voice)
-        self._last_decode_s[voice] = now
+        last = self._last_decode_s.get(voice)  # written by commit(), not here: planning twice plans the same
         if last is None:
             return cfg.decode_steps_per_iteration
         step_s = vt.frame_s * vt.reduction_factor
@@ -235,29 +263,35 @@ class Scheduler:
     # --- the plan
 
     def _runnable(self, pool: RequestPool, now: float, plan: Plan | None) -> list[Request]:
-        """Active requests that may be scheduled (not cancelled, not paused by back-pressure)."""
+        """Active requests that may be scheduled (not cancelled, not paused by back-pressure).
+
+        With a plan: paused streams are counted, stalled ones listed, and changes of paused_since_s recorded.
+        """
         cfg = self.config
         out: list[Request] = []
         for request in pool.active():
             if request.cancelled or request.status is Status.DONE:
                 continue
             if self._unread_ms(request) >= cfg.max_unread_audio_ms:
-                if request.paused_since_s is None:
-                    request.paused_since_s = now
                 if plan is not None:
-                    if (now - request.paused_since_s) * 1000.0 >= cfg.stalled_consumer_timeout_ms:
+                    since = request.paused_since_s
+                    if since is None:
+                        since = now
+                        plan.paused_since.append((request, now))
+                    if (now - since) * 1000.0 >= cfg.stalled_consumer_timeout_ms:
                         plan.stalled.append(request)
                     else:
                         plan.paused += 1
                 continue
-            request.paused_since_s = None
+            if plan is not None and request.paused_since_s is not None:
+                plan.paused_since.append((request, None))
             out.append(request)
         return out
 
     def plan(self, pool: RequestPool, now: float) -> Plan:
         """Pick this iteration's encode and decode batches (policy in the module docstring)."""
         cfg = self.config
-        plan = Plan()
+        plan = Plan(planned_at_s=now)
         runnable = self._runnable(pool, now, plan)
         if plan.paused:
             plan.wake_at_s = now + PAUSED_RECHECK_S
@@ -293,24 +327,25 @@ class Scheduler:
         efficient_jobs: list[ChunkJob] = []  # not urgent, full-size or last: cheap per frame, fine to do early
         filler_jobs: list[ChunkJob] = []  # not urgent, smaller: only when the decoder is idle (nothing else to do)
         wake: list[float] = []
+        ready_since: dict[int, float | None] = {}  # id(request) → when its efficient chunk became ready
         for request in self._runnable(pool, now, None):
             job = self.ready_chunk(request)
-            if job is None:
-                request.ready_since_s = None
-                continue
-            if self.is_urgent(request, now):
+            since: float | None = None
+            if job is not None and self.is_urgent(request, now):
                 urgent_jobs.append(job)
-                continue
-            at = self.urgent_at(request)
-            if at is not None:
-                wake.append(at)
-            if self.efficient(job) or not request.spec.options.streaming:
-                if request.ready_since_s is None:
-                    request.ready_since_s = now
-                efficient_jobs.append(job)
-            else:
-                request.ready_since_s = None
-                filler_jobs.append(job)
+                since = request.ready_since_s
+            elif job is not None:
+                at = self.urgent_at(request)
+                if at is not None:
+                    wake.append(at)
+                if self.efficient(job) or not request.spec.options.streaming:
+                    since = now if request.ready_since_s is None else request.ready_since_s
+                    efficient_jobs.append(job)
+                else:
+                    filler_jobs.append(job)
+            ready_since[id(request)] = since
+            if since != request.ready_since_s:
+                out.ready_since.append((request, since))
         if not (urgent_jobs or efficient_jobs or (filler_jobs and not decoder_busy)):
             out.wake_at_s = min(wake) if wake else None
             return out
@@ -323,13 +358,14 @@ class Scheduler:
             firsts = [j for j in urgent_jobs if not j.request.emitted_any]
             held = {id(j) for j in firsts[room:] if now - j.request.timings.submitted_s < MAX_START_HOLD_S}
             if held:
+                out.held = [j for j in firsts if id(j) in held]
                 out.deferred_chunks += len(held)
                 urgent_jobs = [j for j in urgent_jobs if id(j) not in held]
                 wake.append(now + PAUSED_RECHECK_S)  # re-check even if nothing else wakes the loop
         efficient_jobs.sort(key=lambda j: self.buffer_s(j.request, now))
         filler_jobs.sort(key=lambda j: self.buffer_s(j.request, now))
         max_wait_s = cfg.max_vocode_wait_ms / 1000.0
-        oldest = min((j.request.ready_since_s or now) for j in efficient_jobs) if efficient_jobs else now
+        oldest = min((ready_since[id(j.request)] or now) for j in efficient_jobs) if efficient_jobs else now
         take_efficient = (
             bool(urgent_jobs)  # piggyback on a batch that runs anyway
             or not decoder_busy  # nothing else will become ready: waiting gains nothing

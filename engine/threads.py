@@ -40,8 +40,25 @@ def serial_torch() -> None:
         torch.set_num_threads(1)
 
 
+def name_os_thread(name: str) -> None:
+    """Name the calling thread for the OS (Linux: /proc/PID/task/TID/comm, `top -H`, py-spy); threads it starts
+    later (the OpenMP workers) inherit the name. Best effort: nothing happens where prctl is missing."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME, 15 bytes + NUL at most
+    except (OSError, AttributeError):
+        pass
+
+
 def claim_engine_thread(num_threads: int) -> int:
-    """Give the calling (engine) thread `num_threads` intra-op threads (0: every available core); returns it."""
+    """Give the calling (engine) thread `num_threads` intra-op threads (0: every available core); returns it.
+
+    The thread (and the OpenMP workers it starts) is named `voxpool-engine` for the OS, so per-thread CPU reads
+    (clients/capacity_run.py) tell the engine from the event loop and gRPC's threads.
+    """
+    name_os_thread("voxpool-engine")
     _raise_onednn_cache()
     n = num_threads if num_threads > 0 else available_cores()
     torch.set_num_threads(n)

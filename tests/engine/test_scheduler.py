@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from engine.config import EngineConfig
 from engine.errors import EngineOverloaded
 from engine.pool import AdmissionGate, RequestPool
 from engine.request import Request, RequestTimings, Status, SynthesisOptions, SynthesisRequest
-from engine.scheduler import Scheduler, VoiceTiming
+from engine.scheduler import Plan, Scheduler, VoiceTiming
 
 # 1 frame = 10 ms: sample rate 1000 Hz, hop 10
 TIMING = VoiceTiming(sample_rate_hz=1000, hop_samples=10, reduction_factor=2, vocoder_lookahead_frames=4,
@@ -125,6 +127,9 @@ def test_non_urgent_chunks_wait_for_a_batch_but_not_forever() -> None:
     decoding(rs[2], decoded=10)  # still decoding, nothing ready
     plan = sched.pick_chunks(pool, now, decoder_busy=True)
     assert plan.empty and plan.deferred_chunks == 2 and plan.wake_at_s == pytest.approx(now + 0.05)
+    assert all(r.ready_since_s is None for r in rs)  # planning changes nothing ...
+    sched.commit(plan)  # ... the core commits the plan it carries out
+    assert [r.ready_since_s for r in rs] == [now, now, None]
     plan = sched.pick_chunks(pool, now + 0.051, decoder_busy=True)
     assert sum(len(v) for v in plan.vocode.values()) == 2  # the wait bound expired
     for r in rs[:2]:
@@ -176,11 +181,14 @@ def test_unread_audio_pauses_and_then_stalls() -> None:
     r.sink.unread = 150.0
     plan = sched.plan(pool, 5.0)
     assert plan.paused == 1 and not plan.decode and plan.wake_at_s is not None
+    sched.commit(plan)
+    assert r.paused_since_s == 5.0
     assert sched.pick_chunks(pool, 5.0, decoder_busy=False).empty
     plan = sched.plan(pool, 6.01)
     assert plan.stalled == [r]
     r.sink.unread = 0.0
     plan = sched.plan(pool, 6.02)
+    sched.commit(plan)
     assert plan.decode["v"] == [r] and r.paused_since_s is None
 
 
@@ -240,11 +248,18 @@ def test_vocode_frame_budget_bounds_an_iteration() -> None:
 def test_decode_steps_keep_pace_with_playback() -> None:
     # one step = r (2) frames = 20 ms of audio here
     sched, _, _ = setup(0, decode_pace=2.0, decode_steps_per_iteration=1, max_decode_steps_per_iteration=8)
-    assert sched.decode_steps("v", 1.000) == 1  # first call
-    assert sched.decode_steps("v", 1.005) == 1  # 5 ms later: at least the minimum
-    assert sched.decode_steps("v", 1.045) == 4  # 40 ms: 2 × 40 / 20
-    assert sched.decode_steps("v", 1.085, ramping=True) == 8  # a young stream doubles the pace
-    assert sched.decode_steps("v", 2.000) == 8  # capped
+
+    def steps(now: float, ramping: bool = False) -> int:
+        n = sched.decode_steps("v", now, ramping)
+        sched.commit(Plan(decode_steps={"v": n}, planned_at_s=now))  # the core carries the call out
+        return n
+
+    assert steps(1.000) == 1  # first call
+    assert steps(1.005) == 1  # 5 ms later: at least the minimum
+    assert sched.decode_steps("v", 1.045) == 4  # 40 ms: 2 × 40 / 20 ...
+    assert steps(1.045) == 4  # ... as often as it is asked, until a plan is committed
+    assert steps(1.085, ramping=True) == 8  # a young stream doubles the pace
+    assert steps(2.000) == 8  # capped
     with pytest.raises(ValueError, match="max_decode_steps_per_iteration"):
         EngineConfig(voices=("v",), decode_steps_per_iteration=4, max_decode_steps_per_iteration=2)
     with pytest.raises(ValueError, match="decode_pace"):
@@ -273,3 +288,46 @@ def test_starts_are_staggered_while_streams_ramp_up() -> None:
     # a held first chunk grows with the mel decoded meanwhile (here to the 48-frame size plus the vocoder delay)
     decoding(rs[3], decoded=48 + 4 + 3)
     assert sched.ready_chunk(rs[3]).end_frame == 48 + 4
+
+
+def _request_state(r: Request) -> dict:
+    """Every field of a request (and its timings) that the scheduler could touch, copied."""
+    return {**{k: copy.copy(v) for k, v in vars(r).items() if k not in ("sink", "spec", "timings")},
+            "timings": dict(vars(r.timings))}
+
+
+def test_planning_twice_gives_the_same_plan_and_changes_nothing() -> None:
+    sched, pool, rs = setup(8, max_ramping_streams=2, max_encode_per_iteration=2, max_decode_batch=5,
+                            min_vocode_batch=3, max_unread_audio_ms=100.0, stalled_consumer_timeout_ms=50.0,
+                            max_vocode_frames_per_iteration=120)
+    now = 1.0
+    # a mix: two still to encode, young streams with a first chunk ready (some held), running streams with a
+    # full-size chunk (efficient, waiting) or a small one, a paused one past its stall timeout, a paused new one
+    decoding(rs[2], decoded=40)
+    decoding(rs[3], decoded=40)
+    decoding(rs[4], decoded=200, emitted=16)
+    rs[4].samples_emitted, rs[4].timings.first_audio_s, rs[4].timings.chunks = 5000, now - 0.5, 1
+    decoding(rs[5], decoded=60, emitted=16)
+    rs[5].samples_emitted, rs[5].timings.first_audio_s, rs[5].timings.chunks = 400, now - 0.2, 4
+    decoding(rs[6], decoded=100)
+    rs[6].sink.unread, rs[6].paused_since_s = 500.0, now - 0.2
+    decoding(rs[7], decoded=100)
+    rs[7].sink.unread = 500.0
+    sched.commit(Plan(decode_steps={"v": 1}, planned_at_s=now - 0.03))
+    before = [_request_state(r) for r in rs]
+    sched_before = dict(sched._last_decode_s)
+
+    first, again = sched.plan(pool, now), sched.plan(pool, now)
+    chunks, chunks_again = sched.pick_chunks(pool, now, True), sched.pick_chunks(pool, now, True)
+    assert first == again and chunks == chunks_again
+    assert [_request_state(r) for r in rs] == before and sched._last_decode_s == sched_before
+    # and the plan is not empty: every kind of decision was taken
+    assert first.encode["v"] == rs[:2] and first.stalled == [rs[6]] and first.paused == 1
+    assert first.skipped_decode == 0 and first.decode_steps["v"] >= 1
+    assert first.paused_since == [(rs[7], now)]
+    assert chunks.held and chunks.vocode and chunks.ready_since
+    # committing writes exactly what the plan says
+    sched.commit(first)
+    sched.commit(chunks)
+    assert rs[7].paused_since_s == now and sched._last_decode_s["v"] == now
+    assert all(r.ready_since_s == since for r, since in chunks.ready_since)

@@ -79,3 +79,38 @@ def test_torch_runner_claims_its_thread_count_and_leaves_the_caller_serial() -> 
         return caller, seen["engine"]
 
     assert _in_thread(build_and_run) == (1, 2)
+
+
+def test_engine_thread_is_named_for_the_os() -> None:
+    import sys
+    import threading
+
+    from engine.threads import claim_engine_thread
+
+    names: list[str] = []
+
+    def engine_thread() -> None:
+        claim_engine_thread(1)
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm", encoding="utf-8") as f:
+            names.append(f.read().strip())
+
+    if not sys.platform.startswith("linux"):
+        return
+    t = threading.Thread(target=engine_thread)
+    t.start()
+    t.join()
+    assert names == ["voxpool-engine"]
+
+
+def test_openmp_workers_sleep_unless_told_otherwise() -> None:
+    import os
+    import subprocess
+    import sys
+
+    code = "import os, engine; print(os.environ['OMP_WAIT_POLICY'])"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "PASSIVE"
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "OMP_WAIT_POLICY": "ACTIVE"},
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ACTIVE"
