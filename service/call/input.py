@@ -8,7 +8,7 @@ from protos.voxpool.v1 import tts_pb2 as pb
 from service.call.turn import TurnState, Turns
 from service.config import LimitsConfig
 from service.errors import InvalidArgument
-from service.session import (RATE_NOT_APPLIED, checked_speaking_rate, checked_volume_db, rate_not_applied,
+from service.session import (checked_speaking_rate, checked_volume_db,
                              spans_from_proto)
 
 if TYPE_CHECKING:
@@ -110,10 +110,7 @@ class CallInput:
                                         delta.turn_id)
                 return
             turn = self.turns.new(delta.turn_id)
-            turn.options, turn.volume_db = options, checked["volume_db"]
-            if checked["speaking_rate"] not in (None, 1.0):
-                await self.outbox.warn(RATE_NOT_APPLIED, rate_not_applied(checked["speaking_rate"],
-                                                                          "turn_options.speaking_rate"), turn.turn_id)
+            turn.options, turn.volume_db, turn.speaking_rate = options, checked["volume_db"], checked["speaking_rate"]
         elif options is not None and options != turn.options:
             await self.outbox.error(pb.Error.INVALID_OPTIONS,
                                     f"turn {turn.turn_id!r}: turn_options may only be set on the delta that opens the "

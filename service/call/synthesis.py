@@ -66,6 +66,11 @@ class Synthesis:
         self.tel = telemetry
         self._segments = 0
 
+    def speaking_rate(self, turn: Turn, seg: Segment) -> float:
+        """The rate a segment is spoken at: the turn's TurnOptions.speaking_rate, else the session's (both checked
+        0.5-2.0 when they arrived). A segment-level rate (SSML <prosody rate>) takes precedence here."""
+        return self.s.speaking_rate if turn.speaking_rate is None else turn.speaking_rate
+
     async def segment(self, turn: Turn, seg: Segment) -> AsyncIterator[tuple[np.ndarray, int, list[WordTime]]]:
         """(samples float32 [N] at the voice's rate, turn text position they reach, words timed) per chunk, in order.
 
@@ -97,6 +102,7 @@ class Synthesis:
         request = SynthesisRequest(
             request_id=f"{self.session_id}/{turn.turn_id}/{self._segments}",
             ids=tuple(result.ids), voice=self.s.voice.name, seed=self.s.seed,
+            speaking_rate=self.speaking_rate(turn, seg),
         )
         try:
             stream = self.deps.engine.submit(request)
@@ -126,7 +132,8 @@ class Synthesis:
                 pos = min(seg.end, seg.start + cursor.advance(event.input_positions))
                 samples, timed = event.samples, []
                 if words is not None:
-                    samples, timed = words.push(event.start_sample, event.samples, event.input_positions)
+                    samples, timed = words.push(event.start_sample, event.samples, event.input_positions,
+                                                event.step_start_samples)
                 held_s = self.deps.clock()
                 yield samples, pos if words is None else words.released_chars(pos), timed
                 seg_tel.held(self.deps.clock() - held_s)  # telemetry: time held back downstream is not synthesis

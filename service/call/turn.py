@@ -54,6 +54,7 @@ class Turn:
     dropped_frames: int = 0
     options: object = None  # the TurnOptions of the delta that opened it (pb.TurnOptions), or None
     volume_db: float | None = None  # TurnOptions.volume_db; None = the session's
+    speaking_rate: float | None = None  # TurnOptions.speaking_rate; None = the session's
 
     # ------------------------------------------------------------------ state
 
