@@ -99,12 +99,12 @@ class Synthesis:
             seg_tel.end("cancelled")  # telemetry
             return
         self._segments += 1
-        request = SynthesisRequest(
-            request_id=f"{self.session_id}/{turn.turn_id}/{self._segments}",
-            ids=tuple(result.ids), voice=self.s.voice.name, seed=self.s.seed,
-            speaking_rate=self.speaking_rate(turn, seg),
-        )
         try:
+            request = SynthesisRequest(
+                request_id=f"{self.session_id}/{turn.turn_id}/{self._segments}",
+                ids=tuple(result.ids), voice=self.s.voice.name, seed=self.s.seed,
+                speaking_rate=self.speaking_rate(turn, seg),  # the engine checks its range too (InvalidRequest)
+            )
             stream = self.deps.engine.submit(request)
         except EngineError as exc:
             seg_tel.end("failed")  # telemetry
