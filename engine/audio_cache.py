@@ -81,9 +81,11 @@ class CachedSegment:
         for c in chunks:
             samples = np.array(c.samples, dtype=np.float32, copy=True)
             positions = np.array(c.input_positions, copy=True)
-            samples.setflags(write=False)
-            positions.setflags(write=False)
-            frozen.append(dataclasses.replace(c, samples=samples, input_positions=positions))
+            starts = None if c.step_start_samples is None else np.array(c.step_start_samples, copy=True)
+            for array in (samples, positions, starts):
+                if array is not None:
+                    array.setflags(write=False)
+            frozen.append(dataclasses.replace(c, samples=samples, input_positions=positions, step_start_samples=starts))
         return cls(tuple(frozen), sample_rate_hz, decoder_steps)
 
     @property
@@ -94,7 +96,8 @@ class CachedSegment:
     @property
     def nbytes(self) -> int:
         """Accounted size: the arrays plus a fixed overhead per chunk and per entry."""
-        arrays = sum(c.samples.nbytes + c.input_positions.nbytes + CHUNK_OVERHEAD_BYTES for c in self.chunks)
+        arrays = sum(c.samples.nbytes + c.input_positions.nbytes + CHUNK_OVERHEAD_BYTES
+                     + (0 if c.step_start_samples is None else c.step_start_samples.nbytes) for c in self.chunks)
         return arrays + ENTRY_OVERHEAD_BYTES
 
 

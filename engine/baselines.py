@@ -205,7 +205,10 @@ class NonIncrementalBackend(_Baseline):
         self._thread.start()
 
     def submit(self, spec: SynthesisRequest, sink: StreamSink, timings: RequestTimings | None = None) -> _Job:
-        """Queue for the next round."""
+        """Queue for the next round (rate 1 only: this benchmark baseline has no tempo change)."""
+        if spec.speaking_rate != 1.0:
+            raise InvalidRequest(f"speaking_rate {spec.speaking_rate:g}: the non-incremental baseline speaks at rate 1.0 "
+                                 "only; use the engine or the naive baseline", request_id=spec.request_id)
         runner = self._admit(spec)
         job = _Job(spec, sink, timings or RequestTimings(submitted_s=now_s()), runner)
         with self._lock:

@@ -34,6 +34,7 @@ from engine.request import (
 )
 from engine.scheduler import ChunkJob, ChunkPlan, Plan, Scheduler
 from engine.telemetry import EngineCounters, EngineObserver, IterationStats, ObserverFanout
+from models.time_scale_frames import step_start_sample, steps_started_before
 
 logger = logging.getLogger(__name__)
 
@@ -421,7 +422,8 @@ class EngineCore:
             else:
                 output = runner.vocode([
                     VocodeJob(slot=j.request.slot, start_frame=j.start_frame, end_frame=j.end_frame,
-                              utterance_frames=j.request.end_frame, first=j.start_frame == 0, last=j.last)
+                              utterance_frames=j.request.end_frame, first=j.start_frame == 0, last=j.last,
+                              rate=j.request.spec.speaking_rate)
                     for j in call.jobs
                 ])
                 if len(output) != len(call.jobs):
@@ -486,19 +488,19 @@ class EngineCore:
             first = request.timings.first_audio_s is None
             # the decoder steps whose audio starts in this chunk (the vocoder returns audio later than the
             # frames fed, and chunk edges need not fall on frame edges)
-            step_samples = r_frames * hop
-            positions = np.asarray(
-                request.peaks[-(-request.samples_emitted // step_samples):
-                              -(-(request.samples_emitted + samples.size) // step_samples)],
-                dtype=np.int32,
-            )
+            # (and the speaking rate scales step lengths)
+            rate = request.spec.speaking_rate
+            lo, hi = (min(len(request.peaks), steps_started_before(n, hop, r_frames, rate))
+                      for n in (request.samples_emitted, request.samples_emitted + samples.size))
             request.sink.publish_chunk(
                 AudioChunk(
                     samples=samples,
                     start_sample=request.samples_emitted,
-                    input_positions=positions,
+                    input_positions=np.asarray(request.peaks[lo:hi], dtype=np.int32),
                     first=first,
                     sample_rate_hz=runner.timing.sample_rate_hz,
+                    step_start_samples=np.array([step_start_sample(k, hop, r_frames, rate) for k in range(lo, hi)],
+                                                dtype=np.int64),
                 )
             )
             if first:

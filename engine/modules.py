@@ -26,10 +26,11 @@ class DecodeRows:
 
 @dataclass(frozen=True)
 class VocodeJob:
-    """Audio for mel frames [start_frame, end_frame) of the request in `slot`.
+    """Audio for vocoder frames [start_frame, end_frame) of the request in `slot`.
 
-    `utterance_frames` is the trimmed utterance length once decoding finished (frames at and beyond it are
-    not part of the utterance), else None. `first`/`last`: the first / last chunk of the request.
+    Vocoder frames are the mel after the tempo change at `rate` (models/mel_time_scale.py; decoder frames at rate
+    1). `utterance_frames` is the trimmed utterance length in decoder frames once decoding finished (frames at and
+    beyond it are not part of the utterance), else None. `first`/`last`: the first / last chunk of the request.
     """
 
     slot: int
@@ -38,6 +39,7 @@ class VocodeJob:
     utterance_frames: int | None
     first: bool
     last: bool
+    rate: float = 1.0  # the request's speaking rate
 
 
 class ModuleRunner(Protocol):

@@ -9,6 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from engine.errors import InvalidRequest
+from models.time_scale_frames import RATE_RANGE
+
 
 def now_s() -> float:
     """The engine's clock (monotonic seconds, `time.perf_counter`): every timestamp below uses it."""
@@ -26,16 +29,27 @@ class SynthesisOptions:
 
 @dataclass(frozen=True)
 class SynthesisRequest:
-    """One segment of one call: symbol ids for one voice. `voice=""` means the engine's first voice."""
+    """One segment of one call: symbol ids for one voice. `voice=""` means the engine's first voice.
+
+    `speaking_rate` (0.5–2.0, 1.0 = the voice's natural pace, 2.0 = twice as fast) time-scales the mel before the
+    vocoder (models/mel_time_scale.py): pitch stays, the audio is about 1/rate as long; InvalidRequest outside.
+    """
 
     request_id: str
     ids: tuple[int, ...]
     voice: str = ""
     seed: int = 0
     options: SynthesisOptions = field(default_factory=SynthesisOptions)
+    speaking_rate: float = 1.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ids", tuple(int(i) for i in self.ids))
+        lo, hi = RATE_RANGE
+        rate = self.speaking_rate
+        if not isinstance(rate, (int, float)) or not lo <= rate <= hi:  # NaN fails too
+            raise InvalidRequest(f"speaking_rate {rate!r} is out of range; use {lo:g} to {hi:g} (1.0 = natural rate)",
+                                 request_id=self.request_id)
+        object.__setattr__(self, "speaking_rate", float(rate))
 
 
 class FinishReason(str, enum.Enum):
@@ -91,6 +105,9 @@ class AudioChunk:
 
     `input_positions` [steps] holds, for each decoder step whose audio starts in this chunk, the attention
     peak: the index into the request's ids the decoder was reading (what part of the text was spoken).
+    `step_start_samples` [steps] (int64) is where each of those steps' audio starts in the request's audio: step k
+    at k·r·hop at rate 1, time-scaled with the speaking rate (models/time_scale_frames.step_start_sample); None from
+    producers that do not know it (a consumer then assumes rate 1).
     """
 
     samples: np.ndarray
@@ -98,6 +115,7 @@ class AudioChunk:
     input_positions: np.ndarray
     first: bool
     sample_rate_hz: int
+    step_start_samples: np.ndarray | None = None
 
     @property
     def duration_s(self) -> float:
@@ -128,10 +146,11 @@ class Status(enum.Enum):
 class Request:
     """Mutable engine-side state of one request (owned by the engine thread; `cancelled` is set from anywhere).
 
-    Frame cursors (mel frames, 0-based): `frames_decoded` ≥ `frames_decided` ≥ `frames_emitted` (frames fed to
-    the streaming vocoder; their audio comes out the vocoder's look-ahead later, `samples_emitted` counts it).
+    Frame cursors (mel frames, 0-based): `frames_decoded` ≥ `frames_decided` count decoder frames;
     `frames_decided` = frames certainly part of the final utterance (up to the last frame that the trailing
-    trim cannot remove); `end_frame` is set when decoding finished (the trimmed length).
+    trim cannot remove); `end_frame` is set when decoding finished (the trimmed length). `frames_emitted` counts
+    *vocoder* frames (the time-scaled mel the streaming vocoder was fed: decoder frames / speaking rate; equal at
+    rate 1); their audio comes out the vocoder's look-ahead later, `samples_emitted` counts it.
     """
 
     spec: SynthesisRequest

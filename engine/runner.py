@@ -16,8 +16,10 @@ from engine.errors import InvalidRequest
 from engine.modules import DecodeRows, VocodeJob
 from engine.scheduler import VoiceTiming
 from engine.threads import claim_engine_thread, serial_torch
+from models.mel_time_scale import MelTimeScaler, ScaleRow
 from models.tacotron2 import DecodeOutput, DecoderState, Tacotron2, Tacotron2InputError
 from models.streaming_vocoder import StreamingVocoder
+from models.time_scale_frames import input_frames_needed
 
 if TYPE_CHECKING:
     from models.voices.bundle import Voice
@@ -58,6 +60,8 @@ class TorchRunner:
             self.vocoder = vocoder.to(self.device).eval()
         self.spec = voice.stream_spec
         self.streamer = StreamingVocoder(self.vocoder, config.max_slots)
+        self.scaler = MelTimeScaler(config.max_slots, self.acoustic.config.n_mels, self.device,
+                                    next(self.vocoder.parameters()).dtype)  # speaking rate: mel tempo, per slot
         c = self.acoustic.config
         self.r = c.reduction_factor
         self.n_mels = c.n_mels
@@ -120,6 +124,7 @@ class TorchRunner:
             self.lengths[slot] = len(row)
             self.row_finished[slot] = False
         self.streamer.reset(list(slots))
+        self.scaler.reset(list(slots))
 
     # ------------------------------------------------------------------ decode
 
@@ -181,13 +186,23 @@ class TorchRunner:
         return tuple(max(n + t.vocoder_lookahead_frames, t.vocoder_first_frames)
                      for n in (self.config.first_chunk_frames, *self.config.chunk_sizes()))
 
+    @staticmethod
+    def _decoder_end(job: VocodeJob) -> int:
+        """Decoder frames (mel_after) a job's vocoder frames read: the same frames at rate 1, the tempo change's
+        inputs otherwise (all of the utterance for its last chunk)."""
+        if job.rate == 1.0:
+            return job.end_frame
+        if job.last and job.utterance_frames is not None:
+            return job.utterance_frames
+        return input_frames_needed(job.end_frame, job.rate)
+
     def _postnet(self, jobs: Sequence[VocodeJob]) -> None:
-        """Bring each job's mel_after up to its end frame (one batched postnet call)."""
+        """Bring each job's mel_after up to the decoder frame its vocoder frames read (one batched postnet call)."""
         todo: list[tuple[int, int, int, int]] = []  # slot, input start, first new frame, end
         for job in jobs:
-            have = int(self.after_ready[job.slot])
-            if job.end_frame > have:
-                todo.append((job.slot, max(0, have - self.ctx), have, job.end_frame))
+            have, end = int(self.after_ready[job.slot]), self._decoder_end(job)
+            if end > have:
+                todo.append((job.slot, max(0, have - self.ctx), have, end))
         if not todo:
             return
         width = bucket_up(max(end + self.ctx - lo for _, lo, _, end in todo), self.config.window_bucket_frames)
@@ -209,6 +224,26 @@ class TorchRunner:
         need = max(n, self.streamer.min_frames if job.first else 0) + self.streamer.tail_frames
         return next((w for w in self._widths if w >= need), bucket_up(need, self.config.window_bucket_frames))
 
+    def _time_scaled(self, jobs: Sequence[VocodeJob], live: Sequence[int]) -> dict[int, torch.Tensor]:
+        """The vocoder frames of the jobs not at rate 1 (by job index), one batched tempo-change call: each row is
+        fed the mel_after frames its outputs need beyond what its slot was fed already."""
+        rows: list[ScaleRow] = []
+        index: list[int] = []
+        for i in live:
+            job = jobs[i]
+            if job.rate == 1.0:
+                continue
+            if job.first:
+                self.scaler.start(job.slot, job.rate)
+            if self.scaler.made[job.slot] != job.start_frame or self.scaler.rate[job.slot] != job.rate:
+                raise RuntimeError(f"slot {job.slot}: tempo change at frame {self.scaler.made[job.slot]} "
+                                   f"(rate {self.scaler.rate[job.slot]:g}), job starts at {job.start_frame} (rate {job.rate:g})")
+            fed = self.scaler.fed[job.slot]
+            frames = self.mel_after[job.slot, fed: max(fed, self._decoder_end(job))]
+            rows.append(ScaleRow(job.slot, frames, job.end_frame - job.start_frame, final=job.last))
+            index.append(i)
+        return dict(zip(index, self.scaler.step(rows)))
+
     def vocode(self, jobs: Sequence[VocodeJob]) -> list[np.ndarray]:
         """Postnet, then each job's frames through its slot's streaming vocoder row: one call per frame count.
 
@@ -220,6 +255,7 @@ class TorchRunner:
             return out
         with torch.inference_mode():
             self._postnet([jobs[i] for i in live])
+            scaled = self._time_scaled(jobs, live)
             groups: dict[int, list[int]] = {}
             for i in live:
                 groups.setdefault(self._call_width(jobs[i]), []).append(i)
@@ -228,7 +264,9 @@ class TorchRunner:
                 batch = torch.zeros(len(members), width, self.n_mels, device=self.device, dtype=self.vocoder_dtype)
                 for row, i in enumerate(members):
                     job = jobs[i]
-                    frames = self.mel_after[job.slot, job.start_frame: job.end_frame]
+                    frames = scaled.get(i)
+                    if frames is None:  # rate 1: the vocoder frames are the decoder frames
+                        frames = self.mel_after[job.slot, job.start_frame: job.end_frame]
                     batch[row, : frames.shape[0]] = frames
                 step = self.streamer.step(
                     [jobs[i].slot for i in members], batch, [jobs[i].first for i in members],
@@ -253,6 +291,7 @@ class TorchRunner:
             self.state.finished[slot] = True
             self.state.lengths[slot] = 0
             self.streamer.reset([slot])
+            self.scaler.reset([slot])
         self.decoded[slot] = 0
         self.after_ready[slot] = 0
         self.lengths[slot] = 0

@@ -52,6 +52,7 @@ from typing import Callable
 from engine.config import EngineConfig
 from engine.pool import RequestPool
 from engine.request import Request, Status
+from models.time_scale_frames import output_frames, ready_output_frames
 
 PAUSED_RECHECK_S = 0.02  # how often a paused (unread-audio) or held stream is re-checked while nothing else runs
 MAX_START_HOLD_S = 2.0  # a staggered start waits at most this long after submission, whatever else ramps
@@ -77,7 +78,10 @@ class VoiceTiming:
 
 @dataclass(frozen=True)
 class ChunkJob:
-    """Vocode mel frames [start_frame, end_frame) of one request; `last` when it ends the utterance."""
+    """Vocode frames [start_frame, end_frame) of one request; `last` when it ends the utterance.
+
+    Vocoder frames: the time-scaled mel (decoder frames / speaking rate, the same frames at rate 1), so chunk sizes,
+    the vocoder's delay and its first / last call rules all count frames of audio at any rate."""
 
     request: Request
     start_frame: int
@@ -162,21 +166,22 @@ class Scheduler:
             for request, since in plan.ready_since:
                 request.ready_since_s = since
 
-    def decode_steps(self, voice: str, now: float, ramping: bool = False) -> int:
+    def decode_steps(self, voice: str, now: float, ramping: bool = False, rate: float = 1.0) -> int:
         """Decoder steps for this iteration's call: enough to keep pace with playback since the previous call.
 
         A step yields r frames (r·frame_s of audio). After an iteration that also vocoded (tens of ms), one
         step would fall behind real time for every stream, so the decoder catches up with
         ceil(decode_pace · elapsed / step duration) steps, between decode_steps_per_iteration and
         max_decode_steps_per_iteration: at decode_pace 2 a stream's mel runs ahead of its playback, so its
-        next chunks are ready before its buffer drains and later chunks grow to full size.
+        next chunks are ready before its buffer drains and later chunks grow to full size. `rate`: the fastest
+        speaking rate in the call; a step of a stream at rate ρ plays r·frame_s/ρ, so faster streams need more steps.
         """
         cfg = self.config
         vt = self.timings[voice]
         last = self._last_decode_s.get(voice)  # written by commit(), not here: planning twice plans the same
         if last is None:
             return cfg.decode_steps_per_iteration
-        step_s = vt.frame_s * vt.reduction_factor
+        step_s = vt.frame_s * vt.reduction_factor / rate
         pace = cfg.decode_pace * (2.0 if ramping else 1.0)
         wanted = math.ceil(pace * (now - last) / step_s - 1e-9)
         return max(cfg.decode_steps_per_iteration, min(cfg.max_decode_steps_per_iteration, wanted))
@@ -236,7 +241,8 @@ class Scheduler:
         firsts = tuple(self.first_frames(request, n) for n in (request.first_chunk_frames, *self.chunk_sizes(request)))
         target = firsts[0] if start == 0 else request.chunk_frames
         if request.end_frame is not None:
-            remaining = request.end_frame - start
+            end = output_frames(request.end_frame, request.spec.speaking_rate)
+            remaining = end - start
             if remaining <= 0:  # all frames fed: a last, empty call flushes the vocoder's held-back audio
                 return ChunkJob(request, start, start, last=True)
             half = request.chunk_frames // 2
@@ -246,10 +252,9 @@ class Scheduler:
                 n = remaining  # the whole rest
             else:
                 n = self.config.max_chunk_frames
-            end = start + n
-            return ChunkJob(request, start, end, last=end >= request.end_frame)
+            return ChunkJob(request, start, start + n, last=start + n >= end)
         limit = min(request.frames_decided, request.frames_decoded - vt.postnet_lookahead_frames)
-        available = limit - start
+        available = ready_output_frames(limit, request.spec.speaking_rate) - start
         if available < target:
             return None
         sizes = self.chunk_sizes(request) if start else firsts
@@ -313,7 +318,8 @@ class Scheduler:
             ramping = bool(plan.encode.get(voice)) or any(
                 r.timings.chunks < RAMP_CHUNKS and r.spec.options.streaming for r in plan.decode.get(voice, ())
             )
-            plan.decode_steps[voice] = self.decode_steps(voice, now, ramping)
+            fastest = max((r.spec.speaking_rate for r in plan.decode.get(voice, ())), default=1.0)
+            plan.decode_steps[voice] = self.decode_steps(voice, now, ramping, fastest)
         return plan
 
     def pick_chunks(self, pool: RequestPool, now: float, decoder_busy: bool) -> ChunkPlan:

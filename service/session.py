@@ -54,15 +54,6 @@ def checked_speaking_rate(value: float, field_name: str) -> float:
     return float(value)
 
 
-RATE_NOT_APPLIED = "speaking_rate_not_applied"
-
-
-def rate_not_applied(rate: float, field_name: str) -> str:
-    """The Warning text for a speaking rate the engine does not apply yet (audio stays at the natural rate)."""
-    return (f"{field_name} {rate:g} is not applied yet: the engine speaks at the voice's natural rate (1.0); "
-            "leave it unset or 1.0 to silence this warning")
-
-
 def gain_of_db(volume_db: float) -> float:
     """Amplitude factor of a gain in dB."""
     return float(10.0 ** (volume_db / 20.0))
@@ -99,7 +90,7 @@ class SessionSettings:
     seed: int = 0
     word_timestamps: bool = False  # send WordTimestamps events (opt-in)
     volume_db: float = 0.0  # output gain of every turn unless the turn sets its own
-    speaking_rate: float = 1.0  # requested rate (not applied by the engine yet: a Warning says so)
+    speaking_rate: float = 1.0  # every turn's rate unless the turn sets its own (the engine time-scales the mel)
 
     @property
     def frame_bytes(self) -> int:

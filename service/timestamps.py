@@ -131,8 +131,8 @@ class WordTimer:
     prosody marks after it, up to a pause); it is emitted at that
     moment, so its end is never after the audio received so far, and words come in text order, each once.
     ``finish`` ends the words still open at the end of the audio. Steps are ``frames_per_step`` mel frames of
-    ``samples_per_frame`` samples (the voice's reduction factor and hop; a time-scaled stream passes its
-    scaled hop).
+    ``samples_per_frame`` samples (the voice's reduction factor and hop), unless the chunks give each step's
+    start sample (``push(..., step_starts=)``: the engine's, exact at any speaking rate).
     """
 
     def __init__(self, units: Sequence[Unit], samples_per_frame: float, frames_per_step: int) -> None:
@@ -142,6 +142,7 @@ class WordTimer:
         self.samples_per_frame = float(samples_per_frame)
         self.frames_per_step = int(frames_per_step)
         self._peaks: list[int] = []  # attention peak per decoder step, as far as known
+        self._starts: list[int] = []  # start sample per decoder step, when the chunks gave them
         self._next_step = 0  # first step not yet processed
         self._max_peak = -1
         self._unit = 0  # first unit not yet emitted
@@ -149,11 +150,23 @@ class WordTimer:
         self._audio_samples = 0
 
     def _sample_of_step(self, step: int) -> int:
+        if step < len(self._starts):
+            return self._starts[step]
         return int(round(step * self.frames_per_step * self.samples_per_frame))
 
-    def push(self, start_sample: int, n_samples: int, input_positions: np.ndarray | Sequence[int]) -> list[WordTime]:
-        """One AudioChunk (``start_sample``, ``len(samples)``, ``input_positions``); returns the words it ends."""
-        first_step = int(round(start_sample / self.samples_per_frame)) // self.frames_per_step
+    def push(self, start_sample: int, n_samples: int, input_positions: np.ndarray | Sequence[int],
+             step_starts: np.ndarray | Sequence[int] | None = None) -> list[WordTime]:
+        """One AudioChunk (``start_sample``, ``len(samples)``, ``input_positions``); returns the words it ends.
+
+        ``step_starts`` (one per position, AudioChunk.step_start_samples): the steps' start samples; the chunk's
+        steps then follow the steps pushed so far."""
+        if step_starts is not None:
+            if len(step_starts) != len(input_positions) or len(self._starts) != len(self._peaks):
+                raise ValueError("step_starts needs one start per input position, on every chunk")
+            self._starts.extend(int(s) for s in step_starts)
+            first_step = len(self._peaks)
+        else:
+            first_step = int(round(start_sample / self.samples_per_frame)) // self.frames_per_step
         if first_step > len(self._peaks):
             raise ValueError(f"chunk at sample {start_sample} skips decoder steps {len(self._peaks)}-{first_step - 1}")
         for i, peak in enumerate(input_positions):

@@ -8,9 +8,8 @@ from protos.voxpool.v1 import tts_pb2 as pb
 from service.call.turn import Turn, TurnState, Turns
 from service.config import LimitsConfig
 from service.errors import InvalidArgument
-from service.session import (RATE_NOT_APPLIED, SessionSettings, checked_speaking_rate, checked_volume_db,
-                             rate_not_applied, spans_from_proto)
-from service.ssml import SsmlStream, SsmlTurnText, SsmlWarning
+from service.session import SessionSettings, checked_speaking_rate, checked_volume_db, spans_from_proto
+from service.ssml import SsmlStream, SsmlTurnText
 
 if TYPE_CHECKING:
     from service.call.outbox import Outbox
@@ -118,12 +117,9 @@ class CallInput:
                                         delta.turn_id)
                 return
             turn = self.turns.new(delta.turn_id)
-            turn.options, turn.volume_db = options, checked["volume_db"]
+            turn.options, turn.volume_db, turn.speaking_rate = options, checked["volume_db"], checked["speaking_rate"]
             if ssml:
                 turn.read_ssml(self._ssml_reader(turn, checked))
-            if checked["speaking_rate"] not in (None, 1.0):
-                await self.outbox.warn(RATE_NOT_APPLIED, rate_not_applied(checked["speaking_rate"],
-                                                                          "turn_options.speaking_rate"), turn.turn_id)
         elif options is not None and options != turn.options:
             await self.outbox.error(pb.Error.INVALID_OPTIONS,
                                     f"turn {turn.turn_id!r}: turn_options may only be set on the delta that opens the "
@@ -140,8 +136,7 @@ class CallInput:
         s = self.settings
         rate = checked["speaking_rate"] if checked["speaking_rate"] is not None else (s.speaking_rate if s else 1.0)
         volume = checked["volume_db"] if checked["volume_db"] is not None else (s.volume_db if s else 0.0)
-        return SsmlTurnText(turn.segmenter, SsmlStream(base_rate=rate, base_volume_db=volume),
-                            unapplied_rate=_prosody_rate_not_applied)
+        return SsmlTurnText(turn.segmenter, SsmlStream(base_rate=rate, base_volume_db=volume))
 
     def _refused_text(self, turn_id: str, turn: Turn | None) -> bool:
         """True for text of the SSML turn refused before its text ended (dropped: the error was reported once),
@@ -193,11 +188,6 @@ class CallInput:
         cleared = [t for t in targets if t.clear()]
         if cleared:
             await self.release.barge_in(cleared)
-
-
-def _prosody_rate_not_applied(rate: float) -> SsmlWarning:
-    """The Warning for an SSML <prosody rate> while the engine speaks at the natural rate only."""
-    return SsmlWarning(RATE_NOT_APPLIED, rate_not_applied(rate, "<prosody rate>"))
 
 
 def turn_options(options: "pb.TurnOptions | None") -> dict:

@@ -19,7 +19,7 @@ from service.call.turn import Turns
 from service.errors import InvalidArgument, SessionExpired
 from service.paced_sender import PacedSender
 from service.pacing import Pacer
-from service.session import RATE_NOT_APPLIED, SessionSettings, negotiate, rate_not_applied
+from service.session import SessionSettings, negotiate
 from service.telemetry import bind_call
 from service.version import VERSION
 
@@ -116,8 +116,6 @@ class CallSession:
         s = self.configure((await self._first_event(events)).config)
         self.tel.configured(s)  # telemetry
         await self.outbox.write(self._started(s))
-        if s.speaking_rate != 1.0:
-            await self.outbox.warn(RATE_NOT_APPLIED, rate_not_applied(s.speaking_rate, "speaking_rate"))
         self.release = Release(s, self.turns, self.outbox, self.deps.clock, self.tel)
         pacer: Pacer[OutFrame] = Pacer(
             s.frame_ms, s.lead_ms, mode=s.pacing, clock=self.deps.clock,

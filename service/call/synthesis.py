@@ -66,6 +66,15 @@ class Synthesis:
         self.tel = telemetry
         self._segments = 0
 
+    def speaking_rate(self, turn: Turn, seg: Segment) -> float:
+        """The rate a segment is spoken at: the turn's TurnOptions.speaking_rate, else the session's (both checked
+        0.5-2.0 when they arrived). An SSML segment (service.ssml.SsmlSegment) carries its own: the <prosody rate> in
+        force, or the turn's rate outside every <prosody> (checked and clamped by the SSML reader)."""
+        rate = getattr(seg, "speaking_rate", None)
+        if rate is not None:
+            return float(rate)
+        return self.s.speaking_rate if turn.speaking_rate is None else turn.speaking_rate
+
     async def segment(self, turn: Turn, seg: Segment) -> AsyncIterator[tuple[np.ndarray, int, list[WordTime]]]:
         """(samples float32 [N] at the voice's rate, turn text position they reach, words timed) per chunk, in order.
 
@@ -95,13 +104,12 @@ class Synthesis:
             seg_tel.end("cancelled")  # telemetry
             return
         self._segments += 1
-        # an SSML segment (service.ssml.SsmlSegment) carries its rate here: seg.speaking_rate (<prosody rate>, the
-        # turn's rate outside it); until the engine applies rates, a rate other than 1.0 was answered with a Warning
-        request = SynthesisRequest(
-            request_id=f"{self.session_id}/{turn.turn_id}/{self._segments}",
-            ids=tuple(result.ids), voice=self.s.voice.name, seed=self.s.seed,
-        )
         try:
+            request = SynthesisRequest(
+                request_id=f"{self.session_id}/{turn.turn_id}/{self._segments}",
+                ids=tuple(result.ids), voice=self.s.voice.name, seed=self.s.seed,
+                speaking_rate=self.speaking_rate(turn, seg),  # the engine checks its range too (InvalidRequest)
+            )
             stream = self.deps.engine.submit(request)
         except EngineError as exc:
             seg_tel.end("failed")  # telemetry
@@ -129,7 +137,8 @@ class Synthesis:
                 pos = min(seg.end, seg.start + cursor.advance(event.input_positions))
                 samples, timed = event.samples, []
                 if words is not None:
-                    samples, timed = words.push(event.start_sample, event.samples, event.input_positions)
+                    samples, timed = words.push(event.start_sample, event.samples, event.input_positions,
+                                                event.step_start_samples)
                 held_s = self.deps.clock()
                 yield samples, pos if words is None else words.released_chars(pos), timed
                 seg_tel.held(self.deps.clock() - held_s)  # telemetry: time held back downstream is not synthesis

@@ -63,6 +63,7 @@ class Turn:
     volume_db: float | None = None  # TurnOptions.volume_db; None = the session's
     ssml: SsmlTurnText | None = None  # an SSML turn: deltas are markup, `text` is the document's text content
     ssml_error: SsmlError | None = None  # its SSML was refused: the rest of its text is dropped
+    speaking_rate: float | None = None  # TurnOptions.speaking_rate; None = the session's
 
     # ------------------------------------------------------------------ state
 

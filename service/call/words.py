@@ -33,12 +33,18 @@ class SegmentWords:
         self._emitted += len(words)
         return [WordTime(w.start_char + c, w.end_char + c, w.start_sample, w.end_sample) for w in words]
 
-    def push(self, start_sample: int, samples: np.ndarray, input_positions: np.ndarray) -> tuple[np.ndarray, list[WordTime]]:
-        """One AudioChunk → (samples releasable now, words timed by it)."""
-        # the chunk's input_positions are the steps whose first sample lies in it: the first starts on a step edge
-        first_step_sample = -(-start_sample // self.step_samples) * self.step_samples
+    def push(self, start_sample: int, samples: np.ndarray, input_positions: np.ndarray,
+             step_start_samples: np.ndarray | None = None) -> tuple[np.ndarray, list[WordTime]]:
+        """One AudioChunk → (samples releasable now, words timed by it).
+
+        `step_start_samples`: where each of the chunk's steps starts (AudioChunk.step_start_samples, exact at any
+        speaking rate); None: steps of `step_samples` each (rate 1)."""
         end_sample = start_sample + len(samples)
-        words = self.timer.push(first_step_sample, max(0, end_sample - first_step_sample), input_positions)
+        if step_start_samples is not None:
+            words = self.timer.push(start_sample, len(samples), input_positions, step_starts=step_start_samples)
+        else:  # the chunk's input_positions are the steps whose first sample lies in it: the first on a step edge
+            first_step_sample = -(-start_sample // self.step_samples) * self.step_samples
+            words = self.timer.push(first_step_sample, max(0, end_sample - first_step_sample), input_positions)
         self._received = end_sample
         self._held = np.concatenate([self._held, np.asarray(samples, np.float32)])
         hold = self.timer.hold_from_sample()

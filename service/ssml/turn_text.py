@@ -4,11 +4,10 @@ rate and volume), breaks, marks and warnings."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 from models.frontend.normalize import Span
 from models.frontend.segmenter import Segment, Segmenter
-from service.ssml.model import Cut, Event, MarkAt, ProsodyAt, SsmlWarning, TextPiece
+from service.ssml.model import Cut, Event, MarkAt, SsmlWarning, TextPiece
 from service.ssml.parser import SsmlStream
 
 
@@ -40,16 +39,12 @@ class SsmlTurnText:
     once: their spans, <phoneme> lexicon, rate and volume are known when their text is), breaks (Pause),
     marks (MarkAt) and warnings (SsmlWarning). ``complete()`` ends the document (raises SsmlError when it is
     not well-formed) and returns the rest. Offsets are code points of the document's text content (``text``).
-    ``unapplied_rate(rate)``: the warning for a <prosody rate> the engine does not apply (once per document, for
-    a rate other than 1.0 and the turn's); None: rates are applied, nothing to say.
+    A <prosody rate> is carried by the segments it covers (``SsmlSegment.speaking_rate``); the engine applies it.
     """
 
-    def __init__(self, segmenter: Segmenter, stream: SsmlStream | None = None,
-                 unapplied_rate: Callable[[float], SsmlWarning] | None = None) -> None:
+    def __init__(self, segmenter: Segmenter, stream: SsmlStream | None = None) -> None:
         self.segmenter = segmenter
         self.stream = stream or SsmlStream()
-        self._unapplied_rate = unapplied_rate
-        self._rate_warned = False
 
     @property
     def text(self) -> str:
@@ -86,16 +81,8 @@ class SsmlTurnText:
                     out.append(Pause(ev.pos, ev.pause_ms))
             elif isinstance(ev, (MarkAt, SsmlWarning)):
                 out.append(ev)
-            elif isinstance(ev, ProsodyAt):
-                out += self._rate_warning(ev.rate)
+            # ProsodyAt: the cut came with it; its rate and volume reach the segments through the document
         return out
-
-    def _rate_warning(self, rate: float) -> list[Item]:
-        """The unapplied-rate warning, once per document, for a <prosody rate> other than 1.0 and the turn's."""
-        if self._unapplied_rate is None or self._rate_warned or rate in (1.0, self.stream.document.base_rate):
-            return []
-        self._rate_warned = True
-        return [self._unapplied_rate(rate)]
 
     def _planned(self, segments: list[Segment]) -> list[Item]:
         return [self.plan(seg) for seg in segments]

@@ -68,7 +68,7 @@ async def test_other_seed_voice_ids_or_options_never_hit() -> None:
     engine, _ = await make(admit_after=1)
     await events_of(engine.submit(req("a", seed=1)))
     before = engine.counters().requests_submitted
-    for i, r in enumerate([req("s", seed=2), req("i", ids=(3, 4, 6), seed=1)]):
+    for i, r in enumerate([req("s", seed=2), req("i", ids=(3, 4, 6), seed=1), req("r", seed=1, speaking_rate=2.0)]):
         stream = engine.submit(r)
         await events_of(stream)
         assert engine.counters().requests_submitted == before + i + 1

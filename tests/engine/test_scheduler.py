@@ -331,3 +331,33 @@ def test_planning_twice_gives_the_same_plan_and_changes_nothing() -> None:
     sched.commit(chunks)
     assert rs[7].paused_since_s == now and sched._last_decode_s["v"] == now
     assert all(r.ready_since_s == since for r, since in chunks.ready_since)
+
+
+def test_chunks_count_vocoder_frames_at_a_speaking_rate() -> None:
+    """At rate ρ a chunk's frames are time-scaled frames (audio): N decided decoder frames make ~N/ρ of them."""
+    sched, pool, _ = setup(0)
+    fast = Request(spec=SynthesisRequest("f", [1, 2], speaking_rate=2.0), voice="v", sink=Sink(),
+                   timings=RequestTimings(submitted_s=0.0), first_chunk_frames=16, chunk_frames=24)
+    slow = Request(spec=SynthesisRequest("s", [1, 2], speaking_rate=0.5), voice="v", sink=Sink(),
+                   timings=RequestTimings(submitted_s=0.0), first_chunk_frames=16, chunk_frames=24)
+    decoding(fast, decoded=41)  # limit 38 decoder frames (postnet 3) → vocoder frames j with ⌈2j⌉ ≤ 37: 19
+    decoding(slow, decoded=13)  # limit 10 → j with ⌈j/2⌉ ≤ 9: 19
+    assert sched.ready_chunk(fast) is None  # a first call takes 16 + 4 (the vocoder's delay) vocoder frames
+    decoding(fast, decoded=42)  # limit 39 → 20
+    job = sched.ready_chunk(fast)
+    assert job is not None and (job.start_frame, job.end_frame) == (0, 20)
+    assert sched.ready_chunk(slow) is None
+    decoding(slow, decoded=14)  # limit 11 → 21 vocoder frames ≥ 20
+    assert sched.ready_chunk(slow).end_frame == 20
+    fast.end_frame = 101  # the decoder stopped: the utterance is ⌈101 / 2⌉ = 51 vocoder frames
+    fast.status, fast.frames_emitted = Status.DRAINING, 20
+    job = sched.ready_chunk(fast)
+    assert (job.start_frame, job.end_frame, job.last) == (20, 51, True)
+
+
+def test_decoder_pace_follows_the_fastest_rate() -> None:
+    sched, _, _ = setup(0, decode_steps_per_iteration=1, max_decode_steps_per_iteration=16, decode_pace=2.0)
+    sched.commit(Plan(decode_steps={"v": 1}, planned_at_s=1.000))  # the previous decoder call
+    assert sched.decode_steps("v", 1.040) == 4  # 2 × 40 ms / 20 ms per step
+    assert sched.decode_steps("v", 1.040, rate=2.0) == 8  # a step plays 10 ms at rate 2
+    assert sched.decode_steps("v", 1.040, rate=0.5) == 2  # 40 ms at rate 0.5

@@ -99,3 +99,31 @@ def wait_for(predicate, timeout_s: float = 5.0, step_s: float = 0.02):
                 raise AssertionError("condition not met in time")
             await asyncio.sleep(step_s)
     return _wait()
+
+
+async def converse_and_clear(stub, first_events, clear_when, timeout_s: float = 20.0) -> list:
+    """Open a Converse, send `first_events`, read; once `clear_when(events so far)` holds send Clear, wait for
+    Cleared, then End: every ServerEvent of the call."""
+    q: asyncio.Queue = asyncio.Queue()
+
+    async def requests():
+        while (e := await q.get()) is not None:
+            yield e
+
+    call = stub.Converse(requests())
+    for e in first_events:
+        await q.put(e)
+    events: list = []
+
+    async def read():
+        async for e in call:
+            events.append(e)
+
+    reader = asyncio.create_task(read())
+    await wait_for(lambda: clear_when(events), timeout_s)
+    await q.put(pb.ClientEvent(clear=pb.Clear()))
+    await wait_for(lambda: any(e.HasField("cleared") for e in events), 10.0)
+    await q.put(end_event())
+    await q.put(None)
+    await reader
+    return events

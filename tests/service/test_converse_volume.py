@@ -99,21 +99,3 @@ async def test_turn_options_only_on_the_opening_delta(tiny_server):
     assert [e.turn_done.turn_id for e in events if e.HasField("turn_done")] == ["a"]
 
 
-async def test_speaking_rate_is_answered_with_a_warning_not_ignored(tiny_server):
-    async with stub_for(tiny_server.port) as stub:
-        events = await collect(stub.Converse(iter([
-            config_event(speaking_rate=1.5),
-            pb.ClientEvent(text=pb.TextDelta(text=TEXT, turn_id="a", turn_options=pb.TurnOptions(speaking_rate=0.8))),
-            flush_event("a"), end_event()])))
-        plain = await collect(stub.Converse(iter([config_event(speaking_rate=1.0), text_event(TEXT), flush_event(),
-                                                  end_event()])))
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            await collect(stub.Converse(iter([config_event(speaking_rate=2.5)])))
-    assert kinds(events)[:2] == ["started", "warning"]
-    warnings = [e.warning for e in events if e.HasField("warning")]
-    assert [(w.code, w.turn_id) for w in warnings] == [("speaking_rate_not_applied", ""),
-                                                       ("speaking_rate_not_applied", "a")]
-    assert "speaking_rate 1.5 is not applied yet" in warnings[0].message
-    assert "turn_options.speaking_rate 0.8" in warnings[1].message
-    assert "warning" not in kinds(plain)
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "0.5 to 2" in err.value.details()

@@ -1,10 +1,8 @@
 """Word timestamps on a real server (tiny voice): opt-in, in order, before their audio, over the turn's text."""
 
-import asyncio
-
 from protos.voxpool.v1 import tts_pb2 as pb
-from tests.service.conftest import (collect, config_event, end_event, flush_event, kinds, stub_for, text_event,
-                                    wait_for)
+from tests.service.conftest import (collect, config_event, converse_and_clear, end_event, flush_event, kinds,
+                                    stub_for, text_event)
 
 TEXT = "您好，欢迎致电。请问有什么可以帮您？"
 
@@ -66,29 +64,10 @@ async def test_no_word_events_without_opt_in(tiny_server):
 
 async def test_cleared_turn_sends_no_timestamps_for_unheard_words(tiny_server):
     async with stub_for(tiny_server.port) as stub:
-        q: asyncio.Queue = asyncio.Queue()
-
-        async def requests():
-            while (e := await q.get()) is not None:
-                yield e
-
-        call = stub.Converse(requests())
-        await q.put(config_event(word_timestamps=True, pacing=pb.Pacing.REALTIME))
-        await q.put(text_event("您好，欢迎致电。请问有什么可以帮您？我们的工作时间是早上九点到晚上六点。"))
-        await q.put(flush_event())
-        events: list[pb.ServerEvent] = []
-
-        async def read():
-            async for e in call:
-                events.append(e)
-
-        reader = asyncio.create_task(read())
-        await wait_for(lambda: sum(e.HasField("audio") and not e.audio.silence for e in events) >= 20, 20.0)
-        await q.put(pb.ClientEvent(clear=pb.Clear()))
-        await wait_for(lambda: any(e.HasField("cleared") for e in events), 10.0)
-        await q.put(end_event())
-        await q.put(None)
-        await reader
+        events = await converse_and_clear(stub, [
+            config_event(word_timestamps=True, pacing=pb.Pacing.REALTIME),
+            text_event("您好，欢迎致电。请问有什么可以帮您？我们的工作时间是早上九点到晚上六点。"), flush_event()],
+            lambda events: sum(e.HasField("audio") and not e.audio.silence for e in events) >= 20)
     cleared = next(e.cleared for e in events if e.HasField("cleared"))
     words = [w for e in events if e.HasField("words") for w in e.words.words]
     assert words and cleared.text_remaining

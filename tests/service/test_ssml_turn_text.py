@@ -17,12 +17,8 @@ def segmenter() -> Segmenter:
     return Segmenter(max_chars=80, clock=lambda: 0.0)
 
 
-def rate_warning(rate: float) -> SsmlWarning:
-    return SsmlWarning("speaking_rate_not_applied", f"<prosody rate> {rate:g} is not applied")
-
-
 def run(pieces, base_rate=1.0):
-    turn = SsmlTurnText(segmenter(), SsmlStream(base_rate=base_rate), unapplied_rate=rate_warning)
+    turn = SsmlTurnText(segmenter(), SsmlStream(base_rate=base_rate))
     items = []
     for piece in pieces:
         items += turn.push(piece)
@@ -51,11 +47,10 @@ def test_segments_pauses_and_marks_in_document_order():
     assert [s.text for s in segs] == [turn.text[s.start:s.end] for s in segs]
 
 
-def test_a_rate_the_engine_does_not_apply_is_warned_once():
-    _, items = run([DOC])
-    assert [w.message for w in of(items, SsmlWarning)] == ["<prosody rate> 0.8 is not applied"]
-    plain = SsmlTurnText(segmenter())  # rates applied: nothing to say
-    assert not of(plain.push(DOC) + plain.complete(), SsmlWarning)
+def test_a_prosody_rate_is_carried_by_its_segments_not_warned():
+    _, items = run([DOC])  # the engine applies rates: a <prosody rate> is no warning
+    assert not [w for w in of(items, SsmlWarning) if "rate" in w.code]
+    assert 0.8 in [s.speaking_rate for s in of(items, SsmlSegment)]
 
 
 def test_the_turns_rate_is_the_base():
