@@ -23,6 +23,7 @@ class EngineConfig:
     voices: tuple[str, ...] = ("baker-zh",)  # voices loaded by AsyncEngine.from_config
     cuda_graphs: bool = True  # CUDA only: capture the decoder step / vocoder chunk per power-of-two batch bucket
     cuda_graph_max_batch: int = 64  # largest captured bucket; bigger batches run eagerly
+    vocoder_fast_path: bool = True  # postnet streamed (each frame once) + vocoder's 1×1 convs as matmuls, polyphase PQMF; false: reference layers
 
     # --- the pool
     max_slots: int = 32  # requests decoding at once (rows of the preallocated decoder state)

@@ -14,6 +14,7 @@ from engine.batching import bucket_up, pad_ids
 from engine.config import EngineConfig
 from engine.errors import InvalidRequest
 from engine.modules import DecodeRows, VocodeJob
+from engine.postnet import PostnetAsk, StreamedPostnet, WindowPostnet
 from engine.scheduler import VoiceTiming
 from engine.threads import claim_engine_thread, serial_torch
 from models.tacotron2 import DecodeOutput, DecoderState, Tacotron2, Tacotron2InputError
@@ -57,7 +58,8 @@ class TorchRunner:
             self.acoustic = acoustic.to(self.device).eval()
             self.vocoder = vocoder.to(self.device).eval()
         self.spec = voice.stream_spec
-        self.streamer = StreamingVocoder(self.vocoder, config.max_slots)
+        # the fast path (default): fused vocoder layers and a streamed postnet; else the reference layers
+        self.streamer = StreamingVocoder(self.vocoder, config.max_slots, fused=config.vocoder_fast_path)
         c = self.acoustic.config
         self.r = c.reduction_factor
         self.n_mels = c.n_mels
@@ -82,8 +84,9 @@ class TorchRunner:
             self.state = DecoderState.allocate(c, cap, c.max_input_len, device=self.device, dtype=self.state_dtype)
             self.mel = torch.zeros(cap, self.max_frames, self.n_mels, device=self.device, dtype=self.state_dtype)
             self.mel_after = torch.zeros(cap, self.max_frames, self.n_mels, device=self.device, dtype=self.state_dtype)
+        postnet = StreamedPostnet if config.vocoder_fast_path else WindowPostnet
+        self.postnet = postnet(self.acoustic, cap, config.window_bucket_frames, self.max_frames)
         self.decoded = np.zeros(cap, np.int64)  # mel frames decoded per slot
-        self.after_ready = np.zeros(cap, np.int64)  # mel_after frames computed per slot
         self.lengths = np.zeros(cap, np.int64)  # input ids per slot
         self.row_finished = np.ones(cap, bool)  # host mirror of state.finished (free and drained rows: True)
         self._widths = tuple(sorted({*config.chunk_sizes(), *self.first_widths()}))  # vocoder call widths
@@ -116,10 +119,10 @@ class TorchRunner:
             self.mel_after.index_fill_(0, rows, 0)
         for slot, row in zip(slots, ids):
             self.decoded[slot] = 0
-            self.after_ready[slot] = 0
             self.lengths[slot] = len(row)
             self.row_finished[slot] = False
         self.streamer.reset(list(slots))
+        self.postnet.reset(list(slots))
 
     # ------------------------------------------------------------------ decode
 
@@ -182,23 +185,12 @@ class TorchRunner:
                      for n in (self.config.first_chunk_frames, *self.config.chunk_sizes()))
 
     def _postnet(self, jobs: Sequence[VocodeJob]) -> None:
-        """Bring each job's mel_after up to its end frame (one batched postnet call)."""
-        todo: list[tuple[int, int, int, int]] = []  # slot, input start, first new frame, end
-        for job in jobs:
-            have = int(self.after_ready[job.slot])
-            if job.end_frame > have:
-                todo.append((job.slot, max(0, have - self.ctx), have, job.end_frame))
-        if not todo:
-            return
-        width = bucket_up(max(end + self.ctx - lo for _, lo, _, end in todo), self.config.window_bucket_frames)
-        batch = torch.zeros(len(todo), width, self.n_mels, device=self.device, dtype=self.state_dtype)
-        for i, (slot, lo, _, end) in enumerate(todo):
-            hi = min(end + self.ctx, self.max_frames)
-            batch[i, : hi - lo] = self.mel[slot, lo:hi]  # frames past the decoded end are zeros, as whole-utterance
-        after = self.acoustic.postnet(batch)
-        for i, (slot, lo, first, end) in enumerate(todo):
-            self.mel_after[slot, first:end] = after[i, first - lo : end - lo]
-            self.after_ready[slot] = end
+        """Bring each job's mel_after up to its end frame (engine/postnet.py): a finished row's mel_before is final
+        to the end of the buffer (zeros past its last frame), a decoding row's up to its decoded frames."""
+        self.postnet.run(self.mel, self.mel_after, [
+            PostnetAsk(job.slot, job.end_frame, self.max_frames if self.row_finished[job.slot] else int(self.decoded[job.slot]))
+            for job in jobs
+        ])
 
     def _call_width(self, job: VocodeJob) -> int:
         """Frames of the vocoder call a job rides in: a running stream's exact frame count; a last chunk its frames
@@ -253,8 +245,8 @@ class TorchRunner:
             self.state.finished[slot] = True
             self.state.lengths[slot] = 0
             self.streamer.reset([slot])
+            self.postnet.reset([slot])
         self.decoded[slot] = 0
-        self.after_ready[slot] = 0
         self.lengths[slot] = 0
         self.row_finished[slot] = True
 
@@ -286,11 +278,10 @@ class TorchRunner:
         tail = self.streamer.tail_frames
         last_widths = {self._call_width(VocodeJob(0, 0, n, n, False, True))
                        for n in range(1, self.config.max_chunk_frames + 1)}
+        bucket = self.config.window_bucket_frames  # a finished row's postnet call rounds up to this
         with torch.inference_mode():
+            self.postnet.warm(sorted({*self._widths, *last_widths, *range(bucket, self.config.max_chunk_frames + 1, bucket)}))
             for width in sorted({*self._widths, *last_widths}):
-                mel = torch.zeros(1, bucket_up(width + 2 * self.ctx, self.config.window_bucket_frames), self.n_mels,
-                                  device=self.device, dtype=self.state_dtype)
-                self.acoustic.postnet(mel)
                 frames = torch.zeros(1, width, self.n_mels, device=self.device, dtype=self.vocoder_dtype)
                 calls = [([False], [max(0, width - tail)])]  # every width a last call may take
                 if width in self._widths:  # widths of running streams' calls

@@ -37,8 +37,10 @@ def engine_for(voice, **cfg) -> AsyncEngine:
     return AsyncEngine(EngineCore(config, build_runners(config, {"tiny": voice})))
 
 
-async def test_concurrent_chunked_audio_equals_whole_utterance(voice, references) -> None:
-    engine = engine_for(voice)
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "reference-layers"])
+async def test_concurrent_chunked_audio_equals_whole_utterance(voice, references, fast_path) -> None:
+    """Both postprocess paths (streamed postnet + fused vocoder layers, and the fallback) give the exact audio."""
+    engine = engine_for(voice, vocoder_fast_path=fast_path)
     await engine.start()
     streams = [engine.submit(SynthesisRequest(f"r{s}", ids, seed=s)) for ids, s in CASES]
     results = await asyncio.gather(*(st.collect() for st in streams))

@@ -12,6 +12,7 @@ from models.hifigan import HiFiGAN, HiFiGANConfig
 from models.mb_melgan import MBMelGAN, MBMelGANConfig
 from models.stream_conv import StreamEdgeError
 from models.streaming_vocoder import StreamingVocoder, vocode_streamed
+from tests.models.random_streams import random_calls
 
 # The stated bound: max |streamed − whole| ≤ 1e-5 (float32 rounding; convolutions over differently long inputs
 # may sum in another order). Measured on the tiny models: ≤ 2e-7; on the real Baker MB-MelGAN: see the slow test.
@@ -34,13 +35,7 @@ def _streamer(vocoder: torch.nn.Module, slots: int) -> StreamingVocoder:
 KINDS = ("mbmelgan", "mbmelgan-layers", "hifigan1", "hifigan2")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny convolutions on a shared 2-core machine: one intra-op thread avoids OpenMP contention."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module", params=KINDS)
@@ -99,15 +94,8 @@ def test_batched_rows_of_different_ages_and_random_splits(vocoder, seed) -> None
     pos = [0] * len(mels)
     out: list[list[torch.Tensor]] = [[] for _ in mels]
     live: dict[int, int] = {}  # slot → stream
-    todo = list(range(len(mels)))
-    with torch.inference_mode():
-        while todo or live:
-            for slot in range(slots):
-                if slot not in live and todo and rng.random() < 0.7:
-                    live[slot] = todo.pop(0)
-            if not live:
-                continue
-            width = rng.choice([1, 2, 3, 5, 8, 13, 24, 40, 64])  # every row of a call is fed `width` frames
+    with torch.inference_mode():  # every row of a call is fed `width` frames
+        for width in random_calls(len(mels), slots, [1, 2, 3, 5, 8, 13, 24, 40, 64], rng, live):
             rows, first, last, chunks = [], [], [], []
             for slot, s in sorted(live.items()):
                 n_left, fresh = mels[s].shape[0] - pos[s], pos[s] == 0
