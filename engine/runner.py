@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from typing import TYPE_CHECKING, Mapping, Sequence
@@ -54,6 +55,8 @@ class TorchRunner:
             dt = getattr(torch, config.dtype)
             acoustic = acoustic.to(dt)
             vocoder = vocoder.to(dt)
+        elif config.vocoder_dtype != "float32":  # a copy: the voice's own vocoder (baselines, whole-utterance) stays
+            vocoder = copy.deepcopy(vocoder).to(getattr(torch, config.vocoder_dtype))
         with _ENCODER_LOCK:  # .to()/.eval() refresh nn.LSTM's flat weights: not while a baseline worker encodes
             self.acoustic = acoustic.to(self.device).eval()
             self.vocoder = vocoder.to(self.device).eval()
