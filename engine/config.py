@@ -23,6 +23,8 @@ class EngineConfig:
     voices: tuple[str, ...] = ("baker-zh",)  # voices loaded by AsyncEngine.from_config
     cuda_graphs: bool = True  # CUDA only: capture the decoder step / vocoder chunk per power-of-two batch bucket
     cuda_graph_max_batch: int = 64  # largest captured bucket; bigger batches run eagerly
+    vocoder_fast_path: bool = True  # postnet streamed (each frame once) + vocoder's 1×1 convs as matmuls, polyphase PQMF; false: reference layers
+    vocoder_dtype: str = "float32"  # CPU: float32 | bfloat16 (a bf16 copy of the vocoder; postnet and mel stay fp32)
 
     # --- the pool
     max_slots: int = 32  # requests decoding at once (rows of the preallocated decoder state)
@@ -86,6 +88,8 @@ class EngineConfig:
             raise ValueError(f"engine.dtype={self.dtype!r}: use one of {_DTYPES}")
         if self.weights not in _WEIGHTS:
             raise ValueError(f"engine.weights={self.weights!r}: use one of {_WEIGHTS}")
+        if self.vocoder_dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"engine.vocoder_dtype={self.vocoder_dtype!r}: use float32 or bfloat16")
         if base == "cuda" and self.weights == "int8":
             raise ValueError("engine.weights=int8 is the CPU fast path; on CUDA set engine.weights to fp32 or bf16")
         positive = (

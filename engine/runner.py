@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from typing import TYPE_CHECKING, Mapping, Sequence
@@ -14,6 +15,7 @@ from engine.batching import bucket_up, pad_ids
 from engine.config import EngineConfig
 from engine.errors import InvalidRequest
 from engine.modules import DecodeRows, VocodeJob
+from engine.postnet import PostnetAsk, StreamedPostnet, WindowPostnet
 from engine.scheduler import VoiceTiming
 from engine.threads import claim_engine_thread, serial_torch
 from models.mel_time_scale import MelTimeScaler, ScaleRow
@@ -55,11 +57,14 @@ class TorchRunner:
             dt = getattr(torch, config.dtype)
             acoustic = acoustic.to(dt)
             vocoder = vocoder.to(dt)
+        elif config.vocoder_dtype != "float32":  # a copy: the voice's own vocoder (baselines, whole-utterance) stays
+            vocoder = copy.deepcopy(vocoder).to(getattr(torch, config.vocoder_dtype))
         with _ENCODER_LOCK:  # .to()/.eval() refresh nn.LSTM's flat weights: not while a baseline worker encodes
             self.acoustic = acoustic.to(self.device).eval()
             self.vocoder = vocoder.to(self.device).eval()
         self.spec = voice.stream_spec
-        self.streamer = StreamingVocoder(self.vocoder, config.max_slots)
+        # the fast path (default): fused vocoder layers and a streamed postnet; else the reference layers
+        self.streamer = StreamingVocoder(self.vocoder, config.max_slots, fused=config.vocoder_fast_path)
         self.scaler = MelTimeScaler(config.max_slots, self.acoustic.config.n_mels, self.device,
                                     next(self.vocoder.parameters()).dtype)  # speaking rate: mel tempo, per slot
         c = self.acoustic.config
@@ -86,8 +91,9 @@ class TorchRunner:
             self.state = DecoderState.allocate(c, cap, c.max_input_len, device=self.device, dtype=self.state_dtype)
             self.mel = torch.zeros(cap, self.max_frames, self.n_mels, device=self.device, dtype=self.state_dtype)
             self.mel_after = torch.zeros(cap, self.max_frames, self.n_mels, device=self.device, dtype=self.state_dtype)
+        postnet = StreamedPostnet if config.vocoder_fast_path else WindowPostnet
+        self.postnet = postnet(self.acoustic, cap, config.window_bucket_frames, self.max_frames)
         self.decoded = np.zeros(cap, np.int64)  # mel frames decoded per slot
-        self.after_ready = np.zeros(cap, np.int64)  # mel_after frames computed per slot
         self.lengths = np.zeros(cap, np.int64)  # input ids per slot
         self.row_finished = np.ones(cap, bool)  # host mirror of state.finished (free and drained rows: True)
         self._widths = tuple(sorted({*config.chunk_sizes(), *self.first_widths()}))  # vocoder call widths
@@ -120,10 +126,10 @@ class TorchRunner:
             self.mel_after.index_fill_(0, rows, 0)
         for slot, row in zip(slots, ids):
             self.decoded[slot] = 0
-            self.after_ready[slot] = 0
             self.lengths[slot] = len(row)
             self.row_finished[slot] = False
         self.streamer.reset(list(slots))
+        self.postnet.reset(list(slots))
         self.scaler.reset(list(slots))
 
     # ------------------------------------------------------------------ decode
@@ -197,23 +203,14 @@ class TorchRunner:
         return input_frames_needed(job.end_frame, job.rate)
 
     def _postnet(self, jobs: Sequence[VocodeJob]) -> None:
-        """Bring each job's mel_after up to the decoder frame its vocoder frames read (one batched postnet call)."""
-        todo: list[tuple[int, int, int, int]] = []  # slot, input start, first new frame, end
-        for job in jobs:
-            have, end = int(self.after_ready[job.slot]), self._decoder_end(job)
-            if end > have:
-                todo.append((job.slot, max(0, have - self.ctx), have, end))
-        if not todo:
-            return
-        width = bucket_up(max(end + self.ctx - lo for _, lo, _, end in todo), self.config.window_bucket_frames)
-        batch = torch.zeros(len(todo), width, self.n_mels, device=self.device, dtype=self.state_dtype)
-        for i, (slot, lo, _, end) in enumerate(todo):
-            hi = min(end + self.ctx, self.max_frames)
-            batch[i, : hi - lo] = self.mel[slot, lo:hi]  # frames past the decoded end are zeros, as whole-utterance
-        after = self.acoustic.postnet(batch)
-        for i, (slot, lo, first, end) in enumerate(todo):
-            self.mel_after[slot, first:end] = after[i, first - lo : end - lo]
-            self.after_ready[slot] = end
+        """Bring each job's mel_after up to the decoder frame its vocoder frames read (engine/postnet.py): a finished
+        row's mel_before is final to the end of the buffer (zeros past its last frame), a decoding row's up to its
+        decoded frames."""
+        self.postnet.run(self.mel, self.mel_after, [
+            PostnetAsk(job.slot, self._decoder_end(job),
+                       self.max_frames if self.row_finished[job.slot] else int(self.decoded[job.slot]))
+            for job in jobs
+        ])
 
     def _call_width(self, job: VocodeJob) -> int:
         """Frames of the vocoder call a job rides in: a running stream's exact frame count; a last chunk its frames
@@ -291,9 +288,9 @@ class TorchRunner:
             self.state.finished[slot] = True
             self.state.lengths[slot] = 0
             self.streamer.reset([slot])
+            self.postnet.reset([slot])
             self.scaler.reset([slot])
         self.decoded[slot] = 0
-        self.after_ready[slot] = 0
         self.lengths[slot] = 0
         self.row_finished[slot] = True
 
@@ -325,11 +322,10 @@ class TorchRunner:
         tail = self.streamer.tail_frames
         last_widths = {self._call_width(VocodeJob(0, 0, n, n, False, True))
                        for n in range(1, self.config.max_chunk_frames + 1)}
+        bucket = self.config.window_bucket_frames  # a finished row's postnet call rounds up to this
         with torch.inference_mode():
+            self.postnet.warm(sorted({*self._widths, *last_widths, *range(bucket, self.config.max_chunk_frames + 1, bucket)}))
             for width in sorted({*self._widths, *last_widths}):
-                mel = torch.zeros(1, bucket_up(width + 2 * self.ctx, self.config.window_bucket_frames), self.n_mels,
-                                  device=self.device, dtype=self.state_dtype)
-                self.acoustic.postnet(mel)
                 frames = torch.zeros(1, width, self.n_mels, device=self.device, dtype=self.vocoder_dtype)
                 calls = [([False], [max(0, width - tail)])]  # every width a last call may take
                 if width in self._widths:  # widths of running streams' calls

@@ -26,6 +26,7 @@ from torch import nn
 
 from models.hifigan import FINAL_SLOPE, RESBLOCK_SLOPE, HiFiGAN, ResBlock1
 from models.mb_melgan import MBMelGAN, ResidualStack
+from models.pqmf import interleave_phases
 from models.stream_conv import Edges, RowState, StreamCache, StreamConv, StreamConvTranspose, StreamDelay, \
     StreamEdgeError
 
@@ -33,33 +34,57 @@ log = logging.getLogger(__name__)
 
 
 class _MBResidualStack(nn.Module):
-    """ResidualStack streamed: the shortcut path is delayed by the dilated conv's pad."""
+    """ResidualStack streamed: the shortcut path is delayed by the dilated conv's pad.
 
-    def __init__(self, stack: ResidualStack) -> None:
+    fused: the two 1×1 convolutions and their sum are two batched matrix products into one output
+    (shortcut_w·x + b, then += conv2_w·lrelu(y)): no 1×1 Conv1d (torch runs those through its slow im2col
+    path, with a bias broadcast copy), no separate add. Equal to the layer-by-layer form up to float rounding.
+    """
+
+    def __init__(self, stack: ResidualStack, fused: bool) -> None:
         super().__init__()
-        self.stack, self.slope = stack, stack.slope
+        self.stack, self.slope, self.fused = stack, stack.slope, fused
         self.conv1 = StreamConv(stack.conv1, "reflect")
         self.delay = StreamDelay(stack.conv1.in_channels, self.conv1.pad)
+        if fused:  # views of the model's weights (shared, not copied); the two biases summed once
+            self.conv2_w = stack.conv2.weight[:, :, 0]
+            self.shortcut_w = stack.shortcut.weight[:, :, 0]
+            self.bias = (stack.conv2.bias + stack.shortcut.bias).detach().unsqueeze(1)
 
     def forward(self, x: torch.Tensor, state: RowState, edges: Edges) -> tuple[torch.Tensor, Edges]:
         y, out_edges = self.conv1(F.leaky_relu(x, self.slope), state, edges)
-        y = self.stack.conv2(F.leaky_relu(y, self.slope))
         shortcut, _ = self.delay(x, state, edges)
-        return self.stack.shortcut(shortcut) + y, out_edges
+        if not self.fused:
+            return self.stack.shortcut(shortcut) + self.stack.conv2(F.leaky_relu(y, self.slope)), out_edges
+        b = x.shape[0]
+        out = torch.baddbmm(self.bias, self.shortcut_w.expand(b, -1, -1), shortcut)
+        return out.baddbmm_(self.conv2_w.expand(b, -1, -1), F.leaky_relu(y, self.slope, inplace=True)), out_edges
+
+
+class _Weight(nn.Module):
+    """A fixed convolution weight [out, in, k] for a StreamConv (no bias, no dilation)."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("weight", weight)
 
 
 class _MBMelGANNet(nn.Module):
     """MBMelGAN.forward streamed: [B, M, n] → [B, n·hop]."""
 
-    def __init__(self, model: MBMelGAN) -> None:
+    def __init__(self, model: MBMelGAN, fused: bool) -> None:
         super().__init__()
         c = model.config
-        self.slope = c.leaky_relu_slope
+        self.slope, self.fused = c.leaky_relu_slope, fused
         self.pre = StreamConv(model.conv_pre, "reflect")
         self.ups = nn.ModuleList(StreamConvTranspose(up, s // 2) for up, s in zip(model.ups, c.upsample_scales))
-        self.stacks = nn.ModuleList(nn.ModuleList(_MBResidualStack(s) for s in stage) for stage in model.stacks)
+        self.stacks = nn.ModuleList(
+            nn.ModuleList(_MBResidualStack(s, fused) for s in stage) for stage in model.stacks
+        )
         self.post = StreamConv(model.conv_post, "reflect")
-        self.pqmf = StreamConv(model.pqmf, "zeros")
+        # fused: the PQMF as one polyphase convolution at the sub-band rate (models/pqmf.py), else zero-stuffing
+        # ×K and the synthesis filter at the full rate
+        self.pqmf = StreamConv(_Weight(model.pqmf.polyphase()) if fused else model.pqmf, "zeros")
         self.subbands = c.subbands
 
     def forward(self, x: torch.Tensor, state: RowState, edges: Edges) -> tuple[torch.Tensor, Edges]:
@@ -70,8 +95,11 @@ class _MBMelGANNet(nn.Module):
                 x, edges = stack(x, state, edges)
         x, edges = self.post(F.leaky_relu(x, self.slope), state, edges)
         x = torch.tanh(x)
-        k = self.subbands  # PQMF: zero insertion ×k (gain k), then the synthesis filters
-        b, _, n = x.shape
+        k = self.subbands
+        if self.fused:
+            phases, edges = self.pqmf(x, state, edges)
+            return interleave_phases(phases)[:, 0], edges.map(scale=k)
+        b, _, n = x.shape  # PQMF: zero insertion ×k (gain k), then the synthesis filters
         up = x.new_zeros(b, k, n * k)
         up[..., ::k] = x * k
         audio, edges = self.pqmf(up, state, edges.map(scale=k))
@@ -150,10 +178,10 @@ class StepAudio:
 class StreamingVocoder(nn.Module):
     """Per-slot streaming state over an MBMelGAN or HiFiGAN (weights shared with it, never copied)."""
 
-    def __init__(self, vocoder: nn.Module, slots: int) -> None:
+    def __init__(self, vocoder: nn.Module, slots: int, fused: bool = True) -> None:
         super().__init__()
-        if isinstance(vocoder, MBMelGAN):
-            self.net: nn.Module = _MBMelGANNet(vocoder)
+        if isinstance(vocoder, MBMelGAN):  # fused: 1×1 convs as matrix products, polyphase PQMF (same audio)
+            self.net: nn.Module = _MBMelGANNet(vocoder, fused)
         elif isinstance(vocoder, HiFiGAN):
             self.net = _HiFiGANNet(vocoder)
         else:

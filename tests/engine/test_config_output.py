@@ -26,7 +26,8 @@ def test_from_dict_coerces_and_round_trips() -> None:
 @pytest.mark.parametrize(
     "bad",
     [{"max_slotz": 3}, {"max_slots": 0}, {"device": "tpu"}, {"weights": "int4"}, {"max_slots": 2.5},
-     {"max_chunk_frames": 8}, {"prenet_dropout": "maybe"}, {"voices": []}],
+     {"max_chunk_frames": 8}, {"prenet_dropout": "maybe"}, {"voices": []}, {"vocoder_dtype": "float16"},
+     {"vocoder_fast_path": "sometimes"}],
 )
 def test_from_dict_rejects(bad) -> None:
     with pytest.raises(ValueError):

@@ -37,8 +37,10 @@ def engine_for(voice, **cfg) -> AsyncEngine:
     return AsyncEngine(EngineCore(config, build_runners(config, {"tiny": voice})))
 
 
-async def test_concurrent_chunked_audio_equals_whole_utterance(voice, references) -> None:
-    engine = engine_for(voice)
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast-path", "reference-layers"])
+async def test_concurrent_chunked_audio_equals_whole_utterance(voice, references, fast_path) -> None:
+    """Both postprocess paths (streamed postnet + fused vocoder layers, and the fallback) give the exact audio."""
+    engine = engine_for(voice, vocoder_fast_path=fast_path)
     await engine.start()
     streams = [engine.submit(SynthesisRequest(f"r{s}", ids, seed=s)) for ids, s in CASES]
     results = await asyncio.gather(*(st.collect() for st in streams))
@@ -58,6 +60,24 @@ async def test_concurrent_chunked_audio_equals_whole_utterance(voice, references
         assert len(chunks[0].samples) in firsts or len(chunks) == 1
         lengths.add(len(audio))
     assert len(lengths) >= 4  # utterances of different lengths joined and left the batch
+
+
+async def test_bf16_vocoder_streams_close_to_fp32_and_leaves_the_voice_fp32(voice, references) -> None:
+    """vocoder_dtype=bfloat16 runs a bf16 copy of the vocoder: the audio stays close to the exact fp32 audio (bf16
+    keeps 8 bits of mantissa; its speech quality is measured with DNSMOS, docs/benchmarks.md) and the voice's
+    own vocoder stays float32."""
+    engine = engine_for(voice, vocoder_dtype="bfloat16")
+    assert next(engine.backend.runners["tiny"].vocoder.parameters()).dtype == torch.bfloat16
+    assert next(voice.vocoder.parameters()).dtype == torch.float32
+    await engine.start()
+    results = await asyncio.gather(*(engine.submit(SynthesisRequest(f"r{s}", ids, seed=s)).collect()
+                                     for ids, s in CASES[:4]))
+    await engine.stop()
+    for (ref_audio, _), (audio, _, final) in zip(references, results):
+        assert final.reason is FinishReason.COMPLETED and audio.dtype == np.float32
+        assert len(audio) == len(ref_audio)
+        ref = ref_audio.numpy()
+        assert np.linalg.norm(audio - ref) <= 0.05 * np.linalg.norm(ref)
 
 
 async def test_batched_equals_each_request_alone(voice) -> None:

