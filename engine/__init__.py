@@ -1,14 +1,10 @@
 """voxpool engine: one thread per device runs an instant request pool with module-wise batching (torch-free import)."""
 
-import os as _os
-
-# OpenMP workers sleep instead of spinning between parallel regions (docs/engine.md "The edge-engine gap"): on the
-# 2-core host the engine's two OpenMP threads share the cores with the event loop, gRPC and the frontend, and a
-# spinning worker took the CPU those needed while its own barrier waited for a pre-empted partner (measured 12x
-# less CPU per audio second and 12x more real time on a loaded host). GNU OpenMP reads this once, when torch
-# loads, which is after this line in every entry point (`import engine` does not import torch). An explicit
-# OMP_WAIT_POLICY wins; set it to an empty string for the library default.
-_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# The OpenMP wait policy is the library's default (workers spin a while between parallel regions). PASSIVE was the
+# default for a few hours: it cut CPU 10x on a host oversubscribed by other jobs (load 13-22), but on an idle 2-core
+# host it cost 30 % of the engine's throughput in process and more over gRPC (16 streams in process: 58 % of chunks
+# on time at 14.1x RT vs 91.6 % at 21.0x with the default; docs/engine.md "The edge-engine gap"). Operators of
+# oversubscribed nodes can still set OMP_WAIT_POLICY=PASSIVE in the environment.
 
 from engine.async_engine import AsyncEngine, EngineBackend
 from engine.config import EngineConfig

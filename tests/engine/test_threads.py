@@ -100,17 +100,3 @@ def test_engine_thread_is_named_for_the_os() -> None:
     t.start()
     t.join()
     assert names == ["voxpool-engine"]
-
-
-def test_openmp_workers_sleep_unless_told_otherwise() -> None:
-    import os
-    import subprocess
-    import sys
-
-    code = "import os, engine; print(os.environ['OMP_WAIT_POLICY'])"
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "PASSIVE"
-    out = subprocess.run([sys.executable, "-c", code], env={**env, "OMP_WAIT_POLICY": "ACTIVE"},
-                         capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "ACTIVE"
