@@ -103,11 +103,13 @@ async def test_one_call_one_server_span_with_the_call_figures():
     (turn,) = children(exporter, span, "voxpool.turn")
     assert turn.attributes["tts.turn_id"] == "t" and turn.attributes["tts.turn.outcome"] == "done"
     assert turn.attributes["tts.ttfa_ms"] == pytest.approx(a["tts.ttfa_ms"], abs=0.06)
-    assert [e.name for e in turn.events] == ["first_audio"]
+    # chunk_late events depend on the host's speed (a loaded CI machine makes some): the order of the rest does not
+    assert [e.name for e in turn.events if e.name != "chunk_late"] == ["first_audio"]
     segments = sorted(children(exporter, turn, "voxpool.segment"), key=lambda s: s.attributes["tts.segment.index"])
     assert [s.attributes["tts.segment.chars"] for s in segments] == [3, 6]  # 你好。 | 这是第二句。
     for seg in segments:
-        assert [e.name for e in seg.events] == ["frontend_done", "submitted", "first_chunk", "last_chunk"]
+        assert [e.name for e in seg.events if e.name != "chunk_late"] == ["frontend_done", "submitted", "first_chunk",
+                                                                         "last_chunk"]
         assert seg.attributes["tts.segment.outcome"] == "completed"
         assert seg.attributes["tts.engine.queue_ms"] >= 0
         assert seg.attributes["tts.segment.audio_ms"] == pytest.approx(1000.0, abs=1)
