@@ -50,8 +50,10 @@ log = logging.getLogger(__name__)
 # Payload byte of a silent sample per encoding (L16: two zero bytes per sample).
 SILENCE_BYTE = {"PCMU": 0xFF, "PCMA": 0xD5, "L16": 0x00}
 # Words in a non-UNAVAILABLE status that still mean the connection was lost (HTTP/2 reset, socket closed).
+# "internal error from core": gRPC core's answer when the transport under a call failed (seen for a dropped stream on
+# a loaded host, and for a call started on a channel whose transport had just failed).
 LOST_CONNECTION_WORDS = ("rst_stream", "stream removed", "socket closed", "connection reset", "broken pipe",
-                         "goaway", "failed to connect", "connection refused")
+                         "goaway", "failed to connect", "connection refused", "internal error from core")
 
 
 # In-band errors that end their turn (the others drop one delta, mark or span and the turn goes on).
@@ -68,15 +70,8 @@ def lost_connection(err: VoxpoolError) -> bool:
     return False
 
 
-# gRPC core's answer to a call started on a channel whose transport has just failed (seen on the first reopen after
-# a cut connection, before the channel noticed): the call never reached a server.
-CORE_TRANSPORT_ERROR = "internal error from core"
-
-
 def worth_retrying(err: VoxpoolError) -> bool:
     """A failed reopen that another attempt (maybe on another server) can fix."""
-    if err.code == grpc.StatusCode.INTERNAL and CORE_TRANSPORT_ERROR in err.details.lower():
-        return True
     return lost_connection(err) or err.code in (grpc.StatusCode.RESOURCE_EXHAUSTED,
                                                 grpc.StatusCode.DEADLINE_EXCEEDED)
 
