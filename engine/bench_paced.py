@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 from clients.bench_metrics import TurnTimeline, summarize, turn_metrics
 from clients.bench_workload import TextItem, pick_texts
-from engine.request import AudioChunk, SynthesisRequest
+from engine.request import AudioChunk, SynthesisOptions, SynthesisRequest
 
 _EPS_S = 1e-6  # as the pacer: clock readings compare with this tolerance
 
@@ -52,6 +52,12 @@ class PacedPlayout:
     def grace_s(self) -> float:
         """The pacer's default grace: min(lead, frame / 2)."""
         return min(self.lead_ms, self.frame_ms / 2.0) / 1000.0
+
+    @property
+    def deadline_margin_ms(self) -> float:
+        """What the edge tells the engine (service.pacing.engine_deadline_margin_ms, REALTIME): lead − grace + one
+        frame; tests/engine/test_bench_paced.py holds the two equal."""
+        return self.lead_ms - self.grace_s * 1000.0 + self.frame_ms
 
     @property
     def burst_gap_s(self) -> float:
@@ -117,6 +123,7 @@ async def paced_turn(engine: Any, segments: Sequence[Sequence[int]], rid: str, v
     submit_s = time.perf_counter()
     arrivals: list[tuple[float, float]] = []
     rec: dict[str, Any] = {"status": "OK", "segments": len(segments)}
+    options = SynthesisOptions(deadline_margin_ms=playout.deadline_margin_ms)
     try:
         for j, ids in enumerate(segments):
             if j and arrivals:  # the producer takes the next segment only with room ahead of playback
@@ -124,7 +131,7 @@ async def paced_turn(engine: Any, segments: Sequence[Sequence[int]], rid: str, v
                 ahead_s = frames[0][0] + len(frames) * playout.frame_s - time.perf_counter()
                 if ahead_s > playout.max_ahead_ms / 1000.0:
                     await asyncio.sleep(ahead_s - playout.max_ahead_ms / 1000.0)
-            stream = engine.submit(SynthesisRequest(f"{rid}/{j}", tuple(ids), voice=voice, seed=seed))
+            stream = engine.submit(SynthesisRequest(f"{rid}/{j}", tuple(ids), voice=voice, seed=seed, options=options))
             async for event in stream:
                 if isinstance(event, AudioChunk):
                     arrivals.append((time.perf_counter(), event.duration_s))

@@ -45,6 +45,8 @@ class EngineConfig:
     first_chunk_frames: int = 16  # audio of the first chunk (200 ms at hop 300 / 24 kHz); the first call feeds + the vocoder delay
     chunk_frames: int = 24  # later chunks (300 ms)
     max_chunk_frames: int = 96  # later chunks grow (chunk_frames·2^k) up to this when the decoder is ahead
+    min_chunk_frames: int = 8  # a starving stream vocodes what it has, down to this (multiples of window_bucket_frames; 0 = never)
+    starving_buffer_ms: float = 150.0  # ... when its buffered audio (less the consumer's deadline margin) is below this
 
     # --- streaming-aware scheduling (engine/scheduler.py)
     urgency_margin_ms: float = 200.0  # urgent when buffered audio < next chunk + this margin
@@ -74,6 +76,15 @@ class EngineConfig:
         sizes.append(self.max_chunk_frames)
         return tuple(sizes)
 
+    def short_chunk_sizes(self, chunk_frames: int | None = None) -> tuple[int, ...]:
+        """Sizes below chunk_frames a starving stream's chunk may take: multiples of window_bucket_frames from
+        min_chunk_frames (rounded up to one), none when min_chunk_frames is 0. Few, so few vocoder shapes too."""
+        if not self.min_chunk_frames:
+            return ()
+        step = self.window_bucket_frames
+        first = -(-self.min_chunk_frames // step) * step
+        return tuple(range(first, chunk_frames or self.chunk_frames, step))
+
     @property
     def decode_batch_cap(self) -> int:
         """Largest decode batch (max_decode_batch, or max_slots when 0)."""
@@ -102,12 +113,13 @@ class EngineConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"engine.{name}={getattr(self, name)}: must be >= 1")
-        for name in ("max_waiting", "max_decode_batch", "num_threads", "max_ramping_streams"):
+        for name in ("max_waiting", "max_decode_batch", "num_threads", "max_ramping_streams", "min_chunk_frames"):
             if getattr(self, name) < 0:
                 raise ValueError(f"engine.{name}={getattr(self, name)}: must be >= 0")
         if self.decode_pace <= 0:
             raise ValueError(f"engine.decode_pace={self.decode_pace}: must be > 0 (2 = mel twice as fast as playback)")
-        for name in ("urgency_margin_ms", "max_vocode_wait_ms", "max_unread_audio_ms", "stalled_consumer_timeout_ms"):
+        for name in ("urgency_margin_ms", "max_vocode_wait_ms", "max_unread_audio_ms", "stalled_consumer_timeout_ms",
+                     "starving_buffer_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"engine.{name}={getattr(self, name)}: must be >= 0")
         if self.max_decode_steps_per_iteration < self.decode_steps_per_iteration:

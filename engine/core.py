@@ -24,6 +24,7 @@ from engine.errors import (
 from engine.modules import ModuleRunner, VocodeJob
 from engine.pool import AdmissionGate, RequestPool
 from engine.request import (
+    MAX_DEADLINE_MARGIN_MS,
     AudioChunk,
     FinishReason,
     Request,
@@ -109,6 +110,10 @@ def validate_request(spec: SynthesisRequest, runner: ModuleRunner) -> None:
         value = getattr(spec.options, name)
         if value is not None and value < 1:
             raise InvalidRequest(f"options.{name}={value}: must be >= 1", request_id=rid)
+    margin = spec.options.deadline_margin_ms
+    if not 0.0 <= margin <= MAX_DEADLINE_MARGIN_MS:
+        raise InvalidRequest(f"options.deadline_margin_ms={margin}: must be within 0-{MAX_DEADLINE_MARGIN_MS:.0f}",
+                             request_id=rid)
 
 
 class EngineCore:

@@ -18,6 +18,9 @@ def now_s() -> float:
     return time.perf_counter()
 
 
+MAX_DEADLINE_MARGIN_MS = 1000.0  # SynthesisOptions.deadline_margin_ms above this is refused (the edge's lead is <= 500)
+
+
 @dataclass(frozen=True)
 class SynthesisOptions:
     """Per-request knobs; None means the engine's configured value."""
@@ -25,6 +28,9 @@ class SynthesisOptions:
     first_chunk_frames: int | None = None  # mel frames in the first audio chunk
     chunk_frames: int | None = None  # mel frames in later chunks
     streaming: bool = True  # False: never urgent (batch/prompt synthesis may wait for bigger batches)
+    # The consumer needs each sample this long before its play time (the edge's pacer keeps a gateway-side lead
+    # and sends silence when a frame is not queued by then): the scheduler counts the buffered audio this much lower.
+    deadline_margin_ms: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,8 @@ class TorchRunner:
         self.decoded = np.zeros(cap, np.int64)  # mel frames decoded per slot
         self.lengths = np.zeros(cap, np.int64)  # input ids per slot
         self.row_finished = np.ones(cap, bool)  # host mirror of state.finished (free and drained rows: True)
-        self._widths = tuple(sorted({*config.chunk_sizes(), *self.first_widths()}))  # vocoder call widths
+        # vocoder call widths: full chunks, a starving stream's short ones, first calls
+        self._widths = tuple(sorted({*config.chunk_sizes(), *config.short_chunk_sizes(), *self.first_widths()}))
         self.graphs = None
         if self.device.type == "cuda" and config.cuda_graphs:
             from engine.cuda_graphs import CudaGraphs
@@ -327,7 +328,7 @@ class TorchRunner:
             self.postnet.warm(sorted({*self._widths, *last_widths, *range(bucket, self.config.max_chunk_frames + 1, bucket)}))
             for width in sorted({*self._widths, *last_widths}):
                 frames = torch.zeros(1, width, self.n_mels, device=self.device, dtype=self.vocoder_dtype)
-                calls = [([False], [max(0, width - tail)])]  # every width a last call may take
+                calls = [([False], [width - tail])] if width in last_widths else []  # widths a last call takes
                 if width in self._widths:  # widths of running streams' calls
                     calls.insert(0, ([False], [None]))
                     if width >= self.streamer.min_first_frames:

@@ -3,9 +3,11 @@
 Policy (also in docs/engine.md):
 
 * **Urgency.** A streaming request that has sent no audio yet is *urgent*. After its first chunk it is urgent
-  when its client-side buffer, `audio delivered − (now − time of its first chunk)`, is below the duration of
-  its next chunk plus `urgency_margin_ms` (the client is assumed to start playback at the first chunk and
-  never stall, as in VoxServe's online scheduler). Non-streaming requests are never urgent.
+  when its client-side buffer, `audio delivered − (now − time of its first chunk) − deadline margin`, is below
+  the duration of its next chunk plus `urgency_margin_ms` (the client is assumed to start playback at the first
+  chunk and never stall, as in VoxServe's online scheduler; the request's `deadline_margin_ms` is how long
+  before its play time the consumer needs a sample: the edge's pacer plays silence for a frame not queued
+  `lead − grace` before its play time). Non-streaming requests are never urgent.
 * **Encode.** Admitted requests are encoded oldest first, at most `max_encode_per_iteration` per iteration,
   so a burst of newcomers cannot stall the decoder step of running streams for long.
 * **Decode.** Every decoding request takes one batched decoder call per iteration. Its number of steps keeps
@@ -19,7 +21,11 @@ Policy (also in docs/engine.md):
   it): the streaming vocoder takes each frame once and returns its audio `vocoder_lookahead_frames` later, so
   the first call takes `first_chunk_frames` plus that delay, later ones the largest of `chunk_frames`·2^k (up
   to `max_chunk_frames`: 24, 48, 96 by default) that is covered, the last one the rest of the utterance and
-  the flush. Few sizes mean few vocoder shapes (engine/threads.py).
+  the flush. A *starving* stream (buffer below `starving_buffer_ms`) does not wait for a full chunk: it takes
+  the largest short size (multiples of `window_bucket_frames` from `min_chunk_frames`: 8, 16) that is covered,
+  since the streaming vocoder recomputes nothing and a short chunk costs only its call (measured over gRPC: the
+  second chunk, 24 frames behind a 16-frame first one, arrived after the pacer had filled silence).
+  Few sizes mean few vocoder shapes (engine/threads.py).
 * **Vocode.** Urgent ready chunks are vocoded at once (no audio yet first, then least buffered). A chunk
   that is not urgent goes early only if it is *efficient* (full size or the utterance's last: the
   vocoder's context frames cost least per frame of audio); such chunks ride along with urgent ones, or
@@ -189,12 +195,13 @@ class Scheduler:
     # --- per-request predicates
 
     def buffer_s(self, request: Request, now: float) -> float:
-        """Client-side audio buffer: audio sent minus time since the first chunk (0 before any audio)."""
+        """Client-side audio buffer: audio sent minus time since the first chunk, less the consumer's deadline
+        margin (0 before any audio)."""
         first = request.timings.first_audio_s
         if first is None:
             return 0.0
         sent_s = request.samples_emitted / float(self.timings[request.voice].sample_rate_hz)
-        return sent_s - (now - first)
+        return sent_s - (now - first) - request.spec.options.deadline_margin_ms / 1000.0
 
     def is_urgent(self, request: Request, now: float) -> bool:
         """Urgent: no audio yet, or buffer < next chunk + margin (streaming requests only)."""
@@ -214,7 +221,7 @@ class Scheduler:
         vt = self.timings[request.voice]
         sent_s = request.samples_emitted / float(vt.sample_rate_hz)
         threshold = request.chunk_frames * vt.frame_s + self.config.urgency_margin_ms / 1000.0
-        return first + sent_s - threshold
+        return first + sent_s - request.spec.options.deadline_margin_ms / 1000.0 - threshold
 
     def chunk_sizes(self, request: Request) -> tuple[int, ...]:
         """Sizes a later chunk of this running stream may take (EngineConfig.chunk_sizes)."""
@@ -225,14 +232,20 @@ class Scheduler:
         vt = self.timings[request.voice]
         return max(audio_frames + vt.vocoder_lookahead_frames, vt.vocoder_first_frames)
 
-    def ready_chunk(self, request: Request) -> ChunkJob | None:
+    def starving(self, request: Request, now: float) -> bool:
+        """A running stream whose buffer is below starving_buffer_ms: its next chunk may be short."""
+        return (request.spec.options.streaming and request.emitted_any
+                and self.buffer_s(request, now) < self.config.starving_buffer_ms / 1000.0)
+
+    def ready_chunk(self, request: Request, now: float | None = None) -> ChunkJob | None:
         """The frames this request could feed the vocoder now, or None (not enough decided mel yet).
 
         Frames go to the streaming vocoder once decided (the trailing trim cannot remove them) and the postnet
         has its context past them; the vocoder returns their audio `vocoder_lookahead_frames` later. The first
         call takes first_chunk_frames plus that delay (more when the start was held back and the decoder ran
-        ahead: a chunk_sizes() size plus the delay); later calls the largest chunk_sizes() size covered. Once
-        the decoder stopped: up to max_chunk_frames at a time, the last call taking the rest and flushing.
+        ahead: a chunk_sizes() size plus the delay); later calls the largest chunk_sizes() size covered, or, while
+        the stream is starving at `now`, the largest short_chunk_sizes() size covered. Once the decoder stopped:
+        up to max_chunk_frames at a time, the last call taking the rest and flushing.
         """
         if request.status not in (Status.DECODING, Status.DRAINING):
             return None
@@ -256,6 +269,9 @@ class Scheduler:
         limit = min(request.frames_decided, request.frames_decoded - vt.postnet_lookahead_frames)
         available = ready_output_frames(limit, request.spec.speaking_rate) - start
         if available < target:
+            short = [n for n in self.config.short_chunk_sizes(request.chunk_frames) if n <= available]
+            if start and short and now is not None and self.starving(request, now):
+                return ChunkJob(request, start, start + short[-1], last=False)
             return None
         sizes = self.chunk_sizes(request) if start else firsts
         n = max(size for size in sizes if size <= available)  # a first chunk held back (staggered start) grows too
@@ -335,7 +351,7 @@ class Scheduler:
         wake: list[float] = []
         ready_since: dict[int, float | None] = {}  # id(request) → when its efficient chunk became ready
         for request in self._runnable(pool, now, None):
-            job = self.ready_chunk(request)
+            job = self.ready_chunk(request, now)
             since: float | None = None
             if job is not None and self.is_urgent(request, now):
                 urgent_jobs.append(job)

@@ -49,6 +49,21 @@ class PacingMode(str, enum.Enum):
             raise PacingConfigError(f"unsupported pacing mode {value!r}; use REALTIME or ASAP") from None
 
 
+def default_grace_ms(frame_ms: int, lead_ms: float) -> float:
+    """The pacer's default grace: min(lead, frame / 2)."""
+    return min(float(lead_ms), frame_ms / 2.0)
+
+
+def engine_deadline_margin_ms(frame_ms: int, lead_ms: float, mode: "PacingMode | str") -> float:
+    """How much earlier than its play time the engine must deliver a sample for its frame not to be replaced by
+    silence (the engine's SynthesisOptions.deadline_margin_ms). REALTIME: lead − grace (once the lead is full, a
+    frame not queued by its release time + grace is filled), plus one frame (a chunk's audio that does not fill a
+    whole frame waits for the next chunk). ASAP never fills: 0."""
+    if PacingMode.parse(mode) is not PacingMode.REALTIME:
+        return 0.0
+    return float(lead_ms) - default_grace_ms(frame_ms, lead_ms) + frame_ms
+
+
 class ActionKind(str, enum.Enum):
     """What the caller of `Pacer.next_action` must do now."""
 
@@ -122,7 +137,7 @@ class Pacer(Generic[T]):
                 f"max_ahead_ms ({max_ahead_ms}) must be at least lead_ms + frame_ms ({lead_ms + frame_ms})"
             )
         if grace_ms is None:
-            grace_ms = min(float(lead_ms), frame_ms / 2.0)
+            grace_ms = default_grace_ms(frame_ms, lead_ms)
         if not 0 <= grace_ms <= min(float(lead_ms), frame_ms / 2.0):
             raise PacingConfigError(
                 f"grace_ms must be in 0-min(lead_ms, frame_ms/2) = {min(float(lead_ms), frame_ms / 2.0)}, got {grace_ms!r}"

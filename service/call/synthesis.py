@@ -11,7 +11,7 @@ from typing import Any, AsyncIterator, Callable
 import numpy as np
 
 from engine.errors import EngineError
-from engine.request import AudioChunk, SynthesisRequest
+from engine.request import AudioChunk, SynthesisOptions, SynthesisRequest
 from models.frontend.normalize import NormalizeOptions
 from models.frontend.pipeline import FrontendError, FrontendOptions, MandarinFrontend
 from models.frontend.segmenter import Segment
@@ -20,6 +20,7 @@ from service.call.outbox import Outbox
 from service.call.turn import Turn
 from service.call.words import SegmentWords
 from service.errors import in_call
+from service.pacing import engine_deadline_margin_ms
 from service.session import SessionSettings
 from service.timestamps import AlignmentCursor, WordTime
 
@@ -65,6 +66,8 @@ class Synthesis:
         self.outbox = outbox
         self.tel = telemetry
         self._segments = 0
+        self._options = SynthesisOptions(
+            deadline_margin_ms=engine_deadline_margin_ms(settings.frame_ms, settings.lead_ms, settings.pacing))
 
     def speaking_rate(self, turn: Turn, seg: Segment) -> float:
         """The rate a segment is spoken at: the turn's TurnOptions.speaking_rate, else the session's (both checked
@@ -107,7 +110,7 @@ class Synthesis:
         try:
             request = SynthesisRequest(
                 request_id=f"{self.session_id}/{turn.turn_id}/{self._segments}",
-                ids=tuple(result.ids), voice=self.s.voice.name, seed=self.s.seed,
+                ids=tuple(result.ids), voice=self.s.voice.name, seed=self.s.seed, options=self._options,
                 speaking_rate=self.speaking_rate(turn, seg),  # the engine checks its range too (InvalidRequest)
             )
             stream = self.deps.engine.submit(request)

@@ -35,6 +35,7 @@ def test_key_covers_voice_version_ids_seed_and_audio_options() -> None:
     assert key(options=SynthesisOptions(first_chunk_frames=8)) != base
     assert key(options=SynthesisOptions(chunk_frames=8)) != base
     assert key(options=SynthesisOptions(streaming=False)) == base  # scheduling only
+    assert key(options=SynthesisOptions(deadline_margin_ms=70.0)) == base  # scheduling only
     assert base.digest != key(seed=1).digest
 
 

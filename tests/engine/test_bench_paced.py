@@ -11,7 +11,7 @@ from clients.bench_workload import TextItem
 from engine.bench import make_engine
 from engine.bench_paced import PacedPlayout, paced_frames, paced_row, run_paced_closed_loop, segment_texts
 from engine.config import EngineConfig
-from service.pacing import ActionKind, Pacer
+from service.pacing import ActionKind, Pacer, PacingMode, engine_deadline_margin_ms
 from tests.engine.tiny_voice import make_tiny_voice
 
 
@@ -55,6 +55,13 @@ def test_release_model_equals_the_pacer(seed: int) -> None:
     want = _pacer_frames(chunks, playout)
     assert [s for _, _, s in got] == [s for _, _, s in want]
     assert [r for r, _, _ in got] == pytest.approx([r for r, _, _ in want], abs=1e-6)
+
+
+@pytest.mark.parametrize("frame_ms,lead_ms", [(10, 0), (20, 60), (20, 5), (30, 120), (60, 500)])
+def test_in_process_requests_carry_the_edges_deadline_margin(frame_ms: int, lead_ms: int) -> None:
+    """The paced in-process run tells the engine what the gRPC edge tells it (the two runs stay comparable)."""
+    playout = PacedPlayout(frame_ms=frame_ms, lead_ms=lead_ms)
+    assert playout.deadline_margin_ms == pytest.approx(engine_deadline_margin_ms(frame_ms, lead_ms, PacingMode.REALTIME))
 
 
 def test_late_chunk_gives_fill_and_on_time_chunks_none() -> None:

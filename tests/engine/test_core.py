@@ -72,7 +72,8 @@ async def test_chunks_in_order_then_finished() -> None:
 
 
 async def test_first_chunk_short_later_chunks_longer() -> None:
-    engine, runner = make(first_chunk_frames=8, chunk_frames=20, max_chunk_frames=20)
+    # min_chunk_frames=0: no short chunk for a starving stream (this checks the sizes, whatever the host's speed)
+    engine, runner = make(first_chunk_frames=8, chunk_frames=20, max_chunk_frames=20, min_chunk_frames=0)
     await engine.start()
     stream = engine.submit(SynthesisRequest("long", [1] * 12, seed=3))  # 96 frames
     _, chunks, _ = await stream.collect()
@@ -248,6 +249,8 @@ async def test_invalid_requests_rejected_at_submit() -> None:
         SynthesisRequest("r", [1, 100]),
         SynthesisRequest("l", [1] * 65),
         SynthesisRequest("o", [1], options=SynthesisOptions(first_chunk_frames=0)),
+        SynthesisRequest("m", [1], options=SynthesisOptions(deadline_margin_ms=-1.0)),
+        SynthesisRequest("M", [1], options=SynthesisOptions(deadline_margin_ms=5000.0)),
     ):
         with pytest.raises(InvalidRequest):
             engine.submit(bad)

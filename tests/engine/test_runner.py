@@ -62,6 +62,25 @@ async def test_concurrent_chunked_audio_equals_whole_utterance(voice, references
     assert len(lengths) >= 4  # utterances of different lengths joined and left the batch
 
 
+async def test_starving_streams_short_chunks_give_the_exact_audio(voice, references) -> None:
+    """Streams that are always starving (starving_buffer_ms huge) and whose decoder gains at most 4 frames per
+    iteration vocode 4-frame short chunks (min_chunk_frames, multiples of window_bucket_frames): the joined audio
+    is still the whole utterance's, and the short width really ran."""
+    engine = engine_for(voice, starving_buffer_ms=1e9, min_chunk_frames=4, window_bucket_frames=4,
+                        decode_steps_per_iteration=1, max_decode_steps_per_iteration=2)
+    assert engine.backend.runners["tiny"].config.short_chunk_sizes() == (4, 8)
+    await engine.start()
+    results = await asyncio.gather(*(engine.submit(SynthesisRequest(f"r{s}", ids, seed=s)).collect()
+                                     for ids, s in CASES))
+    await engine.stop()
+    short = 0
+    for (ref_audio, _), (audio, chunks, final) in zip(references, results):
+        assert final.reason is FinishReason.COMPLETED
+        np.testing.assert_allclose(audio, ref_audio.numpy(), atol=ATOL, rtol=0)
+        short += sum(1 for c in chunks[1:-1] if len(c.samples) == 4 * 16)
+    assert short >= 4
+
+
 async def test_bf16_vocoder_streams_close_to_fp32_and_leaves_the_voice_fp32(voice, references) -> None:
     """vocoder_dtype=bfloat16 runs a bf16 copy of the vocoder: the audio stays close to the exact fp32 audio (bf16
     keeps 8 bits of mantissa; its speech quality is measured with DNSMOS, docs/benchmarks.md) and the voice's

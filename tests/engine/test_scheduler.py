@@ -361,3 +361,56 @@ def test_decoder_pace_follows_the_fastest_rate() -> None:
     assert sched.decode_steps("v", 1.040) == 4  # 2 × 40 ms / 20 ms per step
     assert sched.decode_steps("v", 1.040, rate=2.0) == 8  # a step plays 10 ms at rate 2
     assert sched.decode_steps("v", 1.040, rate=0.5) == 2  # 40 ms at rate 0.5
+
+
+def test_starving_stream_takes_a_short_chunk() -> None:
+    """Below starving_buffer_ms of buffered audio a running stream does not wait for a full chunk: it takes the
+    largest short size covered (multiples of window_bucket_frames from min_chunk_frames below chunk_frames)."""
+    sched, pool, (r,) = setup(1, starving_buffer_ms=150.0, urgency_margin_ms=0.0)
+    assert sched.config.short_chunk_sizes(r.chunk_frames) == (8, 16)
+    now = 30.0
+    decoding(r, decoded=20 + 10 + 3, emitted=20)  # first call done; 10 frames available, chunk_frames is 24
+    r.samples_emitted, r.timings.first_audio_s = 200, now  # 0.2 s of audio sent
+    assert sched.ready_chunk(r) is None  # no `now`: full chunks only
+    assert sched.ready_chunk(r, now + 0.01) is None  # 0.19 s buffered: not starving, waits for 24 frames
+    job = sched.ready_chunk(r, now + 0.06)  # 0.14 s buffered: starving
+    assert (job.start_frame, job.end_frame, job.last) == (20, 28, False)
+    plan = sched.pick_chunks(pool, now + 0.06, decoder_busy=True)  # and it is urgent: it goes at once
+    assert [j.num_frames for j in plan.vocode["v"]] == [8]
+    decoding(r, decoded=20 + 17 + 3, emitted=20)
+    assert sched.ready_chunk(r, now + 0.06).num_frames == 16
+    decoding(r, decoded=20 + 7 + 3, emitted=20)
+    assert sched.ready_chunk(r, now + 0.06) is None  # below the smallest short size
+    decoding(r, decoded=20 + 30 + 3, emitted=20)
+    assert sched.ready_chunk(r, now + 0.06).num_frames == 24  # a full chunk when one is covered
+    sched, _, (q,) = setup(1, starving_buffer_ms=150.0, min_chunk_frames=0)  # 0: never short
+    decoding(q, decoded=20 + 17 + 3, emitted=20)
+    q.samples_emitted, q.timings.first_audio_s = 200, now
+    assert sched.config.short_chunk_sizes() == () and sched.ready_chunk(q, now + 0.1) is None
+
+
+def test_deadline_margin_counts_the_buffer_lower() -> None:
+    """A consumer that needs audio `deadline_margin_ms` before its play time (the edge's pacer) has that much
+    less buffered: urgency and starving come that much earlier; urgent_at agrees with is_urgent."""
+    sched, _, (plain,) = setup(1, urgency_margin_ms=100.0)
+    spec = SynthesisRequest("m", [1, 2], options=SynthesisOptions(deadline_margin_ms=70.0))
+    margin = Request(spec=spec, voice="v", sink=Sink(), timings=RequestTimings(submitted_s=0.0), first_chunk_frames=16,
+                     chunk_frames=24)
+    for r in (plain, margin):
+        r.status, r.frames_emitted, r.samples_emitted, r.timings.first_audio_s = Status.DECODING, 20, 2000, 10.0
+    assert sched.buffer_s(plain, 11.0) - sched.buffer_s(margin, 11.0) == pytest.approx(0.07)
+    assert sched.urgent_at(plain) - sched.urgent_at(margin) == pytest.approx(0.07)
+    for r in (plain, margin):
+        at = sched.urgent_at(r)
+        assert not sched.is_urgent(r, at - 1e-6) and sched.is_urgent(r, at + 1e-6)
+    assert not sched.starving(plain, 11.8) and sched.starving(margin, 11.8)  # 0.2 s vs 0.13 s buffered
+
+
+def test_short_chunk_sizes_and_their_validation() -> None:
+    assert EngineConfig(voices=("v",)).short_chunk_sizes() == (8, 16)
+    assert EngineConfig(voices=("v",), min_chunk_frames=5).short_chunk_sizes() == (8, 16)  # rounded up to a bucket
+    assert EngineConfig(voices=("v",), chunk_frames=40).short_chunk_sizes() == (8, 16, 24, 32)
+    assert EngineConfig(voices=("v",)).short_chunk_sizes(chunk_frames=12) == (8,)
+    for bad in (dict(min_chunk_frames=-1), dict(starving_buffer_ms=-1.0)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            EngineConfig(voices=("v",), **bad)

@@ -16,6 +16,7 @@ from service.pacing import (
     PacerClosed,
     PacingConfigError,
     PacingMode,
+    engine_deadline_margin_ms,
 )
 from tests.service.virtual_time import run_virtual
 
@@ -363,3 +364,32 @@ def test_wait_for_room_returns_only_once_playback_made_room() -> None:
     assert not pacer.wants_more(returned_s - 0.0101)  # no room a frame period earlier
     assert pacer.wants_more(returned_s)
     assert 0.020 < returned_s <= 0.040
+
+
+def test_engine_deadline_margin_is_where_the_pacer_fills() -> None:
+    """The margin the engine is told (lead − grace + one frame under REALTIME, 0 under ASAP) is exactly how early a
+    frame must be queued: queued at its play time minus (lead − grace) it goes out as audio, a moment later its
+    slot is filled with silence (virtual clock)."""
+    assert engine_deadline_margin_ms(20, 60, "REALTIME") == 70.0  # 60 − 10 + 20
+    assert engine_deadline_margin_ms(20, 5, "realtime") == 20.0  # grace = lead: 0 + 20
+    assert engine_deadline_margin_ms(20, 60, PacingMode.ASAP) == 0.0
+    for late_ms, silence in ((-1.0, False), (1.0, True)):
+        clock = FakeClock()
+        pacer = Pacer(20, 60, clock=clock)
+        for i in range(10):  # 200 ms of audio from t0 = 0: the lead fills, then one frame per 20 ms
+            pacer.push(i)
+        released = 0
+        while released < 10:
+            action = pacer.next_action()
+            if action.kind is ActionKind.WAIT:
+                clock.t = action.at_s
+            else:
+                assert action.kind is ActionKind.RELEASE
+                released += 1
+        # frame 10 plays at 0.2 s; it arrives (lead − grace) before that, give or take a millisecond
+        clock.t = 0.2 - (60 - 10 - late_ms) / 1000.0
+        action = pacer.next_action()
+        if action.kind is ActionKind.WAIT:
+            pacer.push(10)
+            action = pacer.next_action()
+        assert action.kind is (ActionKind.SILENCE if silence else ActionKind.RELEASE)

@@ -75,3 +75,37 @@ async def test_asap_sends_speech_only_contiguously(tiny_server):
     assert [a.pts_ms for a in frames] == [FRAME_MS * i for i in range(len(frames))]
     done = next(e.turn_done for e in received if e.HasField("turn_done"))
     assert done.underruns == 0 and done.audio_ms == FRAME_MS * len(frames)
+
+
+class RecordingEngine:
+    """Wraps the engine: keeps every request the call submits."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.requests = []
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def submit(self, request):
+        self.requests.append(request)
+        return self.engine.submit(request)
+
+
+async def test_engine_is_told_how_early_the_pacer_needs_audio(tiny_server):
+    """REALTIME: each segment's request carries the pacer's deadline margin (lead − grace + one frame: 60 − 10 + 20
+    ms at lead 60, 20 ms frames), so the engine's buffer model matches where the pacer fills; ASAP: none."""
+    engine = tiny_server.deps.engine
+    try:
+        for pacing, lead_ms, margin_ms in ((pb.Pacing.REALTIME, LEAD_MS, 70.0), (pb.Pacing.REALTIME, 200, 210.0),
+                                           (pb.Pacing.ASAP, LEAD_MS, 0.0)):
+            recording = tiny_server.deps.engine = RecordingEngine(engine)
+            async with stub_for(tiny_server.port) as stub:
+                received = await collect(stub.Converse(iter([
+                    config_event(pacing=pacing, lead_ms=lead_ms), text_event("您好，欢迎致电。"), flush_event(),
+                    end_event(),
+                ])))
+            assert any(e.HasField("turn_done") for e in received)
+            assert recording.requests and {r.options.deadline_margin_ms for r in recording.requests} == {margin_ms}
+    finally:
+        tiny_server.deps.engine = engine
