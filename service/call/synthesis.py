@@ -22,6 +22,7 @@ from service.call.words import SegmentWords
 from service.errors import in_call
 from service.pacing import engine_deadline_margin_ms
 from service.session import SessionSettings
+from service.ssml import SsmlSegment
 from service.timestamps import AlignmentCursor, WordTime
 
 log = logging.getLogger(__name__)
@@ -73,9 +74,8 @@ class Synthesis:
         """The rate a segment is spoken at: the turn's TurnOptions.speaking_rate, else the session's (both checked
         0.5-2.0 when they arrived). An SSML segment (service.ssml.SsmlSegment) carries its own: the <prosody rate> in
         force, or the turn's rate outside every <prosody> (checked and clamped by the SSML reader)."""
-        rate = getattr(seg, "speaking_rate", None)
-        if rate is not None:
-            return float(rate)
+        if isinstance(seg, SsmlSegment):
+            return seg.speaking_rate
         return self.s.speaking_rate if turn.speaking_rate is None else turn.speaking_rate
 
     async def segment(self, turn: Turn, seg: Segment) -> AsyncIterator[tuple[np.ndarray, int, list[WordTime]]]:
@@ -92,7 +92,9 @@ class Synthesis:
         loop = asyncio.get_running_loop()
         seg_tel = self.tel.segment_started(turn, seg)  # telemetry
         frontend = self.deps.frontend_for(self.s.normalize)
-        lexicon = {**self.s.lexicon, **dict(getattr(seg, "lexicon", ()))}  # an SSML segment's <phoneme> readings win
+        lexicon = dict(self.s.lexicon)
+        if isinstance(seg, SsmlSegment):
+            lexicon.update(seg.lexicon)  # an SSML segment's <phoneme> readings win
         try:
             result = await loop.run_in_executor(
                 self.deps.executor, lambda: frontend.to_ids(seg.text, turn.spans_for(seg), lexicon or None))

@@ -10,7 +10,7 @@ from typing import Callable
 from models.frontend.normalize import Span
 from models.frontend.segmenter import Segment, Segmenter
 from service import figures
-from service.ssml import MarkAt, Pause, SsmlError, SsmlTurnText
+from service.ssml import MarkAt, Pause, SsmlError, SsmlSegment, SsmlTurnText
 
 
 class TurnState(str, enum.Enum):
@@ -223,7 +223,7 @@ class Turn:
     def spans_for(self, segment: Segment) -> list[Span]:
         """The turn's spans inside `segment`, relative to the segment's text (an SSML segment carries its own)."""
         if self.ssml is not None:
-            return list(getattr(segment, "spans", ()))
+            return list(segment.spans) if isinstance(segment, SsmlSegment) else []
         return [
             Span(s.start - segment.start, s.end - segment.start, s.kind)
             for s in self.spans
