@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.voxpool-installed
 PYTEST_ARGS ?=
 
-.PHONY: serve test test-load install voice bench capacity clean
+.PHONY: serve test test-load install voice bench capacity test-hog clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ test: $(STAMP)
 # The load lane: latency percentiles, wall and CPU time, on-time fractions, the soak slope, DNSMOS.
 test-load: $(STAMP)
 	$(PY) -m pytest -q --load tests/load $(PYTEST_ARGS)
+
+# The default suite HOG_RUNS times in a row beside a 2-thread CPU hog (docs/reliability.md §5): about 11 min a run here.
+HOG_RUNS ?= 10
+test-hog: $(STAMP)
+	$(PY) -m tests.reliability.hog_runs --runs $(HOG_RUNS) --hog-threads 2 --json bench-results/hog-runs.json --logs bench-results/hog-runs
 
 # The issue-13 capacity table: gRPC REALTIME calls (engine, naive) beside the in-process paced run (docs/benchmarks.md).
 # About 20 minutes with the default 30 s per level; CAPACITY_ARGS="--duration-s 5 --levels 1,2" for a smoke run.

@@ -1,0 +1,88 @@
+"""The default suite run again and again beside a CPU hog (issue 19, item 2: green 10 times in a row beside a 2-thread
+CPU hog), one fixed command:
+
+    python -m tests.reliability.hog_runs --runs 10 --hog-threads 2 --json hog-runs.json
+
+Starts `--hog-threads` processes that spin on the CPU for the whole time, then runs `make test` (or `--command`)
+`--runs` times in a row in this checkout, and prints one line per run (exit status, wall time, load average before
+and after, pytest's last line) and a summary; the JSON keeps the same. Stops at the first failing run unless
+`--keep-going`. Exits 0 only when every run passed. The hog processes are killed on the way out, whatever happens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+
+def spin() -> None:
+    """Burn one CPU until killed."""
+    while True:
+        pass
+
+
+def last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def one_run(command: Sequence[str], log: Path) -> dict[str, Any]:
+    """Run the command once, its output into `log`; what the summary needs."""
+    load0, t0 = os.getloadavg()[0], time.monotonic()
+    with log.open("w", encoding="utf-8") as out:
+        rc = subprocess.run(list(command), stdout=out, stderr=subprocess.STDOUT).returncode
+    wall_s = time.monotonic() - t0
+    return {"rc": rc, "wall_s": round(wall_s, 1), "load_before": load0, "load_after": os.getloadavg()[0],
+            "last_line": last_line(log.read_text(encoding="utf-8", errors="replace")), "log": str(log)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tests.reliability.hog_runs", description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=10, help="runs in a row")
+    p.add_argument("--hog-threads", type=int, default=2, help="spinning processes beside the suite")
+    p.add_argument("--command", default="make test", help="the suite's command (shell words)")
+    p.add_argument("--logs", type=Path, default=Path("hog-runs"), help="one log per run goes here")
+    p.add_argument("--json", type=Path, default=Path("hog-runs.json"), help="write the summary here")
+    p.add_argument("--keep-going", action="store_true", help="do not stop at the first failing run")
+    args = p.parse_args(argv)
+    if args.runs < 1 or args.hog_threads < 0:
+        p.error("--runs must be >= 1 and --hog-threads >= 0")
+    args.logs.mkdir(parents=True, exist_ok=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    hogs = [mp.Process(target=spin, daemon=True) for _ in range(args.hog_threads)]
+    for h in hogs:
+        h.start()
+    report: dict[str, Any] = {"command": args.command, "commit": commit, "hog_threads": args.hog_threads,
+                              "cpu_count": os.cpu_count(), "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                              "runs": []}
+    try:
+        for i in range(1, args.runs + 1):
+            run = one_run(shlex.split(args.command), args.logs / f"run{i}.log")
+            report["runs"].append(run)
+            print(f"run {i}: exit {run['rc']}, {run['wall_s']:.0f} s, load {run['load_before']:.1f} -> "
+                  f"{run['load_after']:.1f}: {run['last_line']}", flush=True)
+            if run["rc"] != 0 and not args.keep_going:
+                break
+    finally:
+        for h in hogs:
+            h.kill()
+            h.join()
+    report["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    green = sum(1 for r in report["runs"] if r["rc"] == 0)
+    report["green_in_a_row"] = next((i for i, r in enumerate(report["runs"]) if r["rc"] != 0), len(report["runs"]))
+    args.json.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    print(f"{green} of {len(report['runs'])} runs green ({report['green_in_a_row']} in a row) at {commit}, "
+          f"{args.hog_threads} hog threads; wrote {args.json}")
+    return 0 if green == args.runs else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
