@@ -23,6 +23,14 @@ class PacedSender(Generic[T]):
         self._send = send
         self._wake = asyncio.Event()  # something changed: re-ask the pacer
         self._room = asyncio.Event()  # a frame left: look-ahead may have room again
+        self._sending = False  # a released frame's send (and what its release makes due) is in progress
+
+    @property
+    def unsent_frames(self) -> int:
+        """Frames queued in the pacer plus the one whose send is in progress: 0 only once everything pushed has
+        been written (the call may end then without losing a frame, or the `turn_done` / `cleared` its send
+        writes after it)."""
+        return self.pacer.queued_frames + self._sending
 
     def push(self, item: T) -> None:
         """Queue one frame and wake the sender."""
@@ -65,7 +73,11 @@ class PacedSender(Generic[T]):
             if action.kind is ActionKind.CLOSED:
                 return
             if action.kind in (ActionKind.RELEASE, ActionKind.SILENCE):
-                await self._send(action)
+                self._sending = True
+                try:
+                    await self._send(action)
+                finally:
+                    self._sending = False
                 self._room.set()
                 continue
             timeout = None

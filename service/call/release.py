@@ -34,7 +34,7 @@ class Release:
 
     @property
     def queued_frames(self) -> int:
-        return self.sender.pacer.queued_frames if self.sender is not None else 0
+        return self.sender.unsent_frames if self.sender is not None else 0
 
     # ------------------------------------------------------------------ in (from the producer)
 

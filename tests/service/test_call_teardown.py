@@ -94,3 +94,77 @@ async def test_a_producer_given_room_as_it_is_cancelled_ends():
     waiting.cancel()  # ... as the cancel lands
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(waiting, HANG_GUARD_S)
+
+
+async def test_a_frame_being_sent_counts_as_unsent():
+    """The call ends once no frame is unsent. The frame whose send is in progress counts: a cleared turn's fade-out
+    frame is written, then its `cleared`, and the call (its producer saw nothing queued, no turn active) had ended
+    in between, cancelling the send, so `cleared` was lost (seen beside a CPU hog, where writes are slow)."""
+    gate = asyncio.Event()
+    sent: list[int] = []
+
+    async def send(action) -> None:
+        await gate.wait()
+        sent.append(action.seq)
+
+    sender = PacedSender(Pacer(20, 60, mode="ASAP"), send)
+    task = asyncio.create_task(sender.run())
+    sender.push("frame")
+    sender.finish()
+    for _ in range(10):  # let the sender take the frame and start its send
+        await asyncio.sleep(0)
+    assert sender.pacer.queued_frames == 0 and sender.unsent_frames == 1 and not sent
+    gate.set()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert sent == [0] and sender.unsent_frames == 0
+    sender.close()
+    await asyncio.wait_for(task, HANG_GUARD_S)
+
+
+async def test_clear_then_end_with_slow_writes_still_sends_cleared(tiny_server, monkeypatch):
+    """Clear, then End at once, with every audio write slow (a loaded host): the fade-out frame and `cleared` both
+    reach the client before the call ends."""
+    from service.call.outbox import Outbox
+    from tests.service.conftest import end_event, stub_for, text_event
+
+    write = Outbox.write
+
+    async def slow_write(self, event):
+        if event.HasField("audio"):
+            await asyncio.sleep(0.1)
+        await write(self, event)
+
+    monkeypatch.setattr(Outbox, "write", slow_write)
+    async with stub_for(tiny_server.port) as stub:
+        call = stub.Converse()
+        await call.write(config_event(pacing=pb.Pacing.ASAP))
+        await call.write(text_event("您好，欢迎致电客服中心，请问有什么可以帮您？", turn_id="t1"))
+        await call.write(flush_event())
+        received = []
+        async for event in call:
+            received.append(event)
+            if event.HasField("audio") and not event.audio.silence:
+                await call.write(pb.ClientEvent(clear=pb.Clear(turn_id="t1")))
+                await call.write(end_event())
+                await call.done_writing()
+                break
+        received += [e async for e in call]
+    assert [e.cleared.turn_id for e in received if e.HasField("cleared")] == ["t1"]
+
+
+async def test_a_refused_config_lets_the_clients_next_write_land_first():
+    """A config refused at once (unknown voice) still reads what the client already sent (its End) before the call
+    ends with INVALID_ARGUMENT: a Python aio client whose write is still in flight when the status comes reports
+    INTERNAL "Internal error from Core" instead (grpc/grpc#36066; seen beside a CPU hog)."""
+    read: list[str] = []
+
+    async def events():
+        for event in (config_event(voice="nope"), pb.ClientEvent(end=pb.End())):
+            read.append(event.WhichOneof("event"))
+            yield event
+
+    session = CallSession(_deps(), HeldWrites(), "refused-1", default_pacing="ASAP")
+    with pytest.raises(InvalidArgument, match="voice"):
+        await asyncio.wait_for(session.run(events()), HANG_GUARD_S)
+    assert read == ["config", "end"]
