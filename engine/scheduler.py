@@ -269,10 +269,10 @@ class Scheduler:
         limit = min(request.frames_decided, request.frames_decoded - vt.postnet_lookahead_frames)
         available = ready_output_frames(limit, request.spec.speaking_rate) - start
         if available < target:
+            if not start or now is None or not self.starving(request, now):
+                return None
             short = [n for n in self.config.short_chunk_sizes(request.chunk_frames) if n <= available]
-            if start and short and now is not None and self.starving(request, now):
-                return ChunkJob(request, start, start + short[-1], last=False)
-            return None
+            return ChunkJob(request, start, start + short[-1], last=False) if short else None
         sizes = self.chunk_sizes(request) if start else firsts
         n = max(size for size in sizes if size <= available)  # a first chunk held back (staggered start) grows too
         return ChunkJob(request, start, start + n, last=False)
