@@ -243,8 +243,8 @@ class JambonzGateway:
         text, kind = body.get("text") if isinstance(body, dict) else None, (body or {}).get("type", "text")
         if not isinstance(text, str) or not text.strip():
             return web.json_response({"error": '"text" must be a non-empty string'}, status=400)
-        if kind != "text":
-            return web.json_response({"error": f'type {kind!r} is not supported by this gateway; send "text"'},
+        if kind not in ("text", "ssml"):
+            return web.json_response({"error": f'type {kind!r} is not supported; send "text" or "ssml"'},
                                      status=400)
         try:
             rate_hz = sample_rate_from(request.query.get("sampleRate"), self.cfg.default_rate_hz)
@@ -253,7 +253,7 @@ class JambonzGateway:
         pcm = bytearray()
         try:
             async for ev in self.client.synthesize(text, voice=str(body.get("voice") or ""), encoding="L16",
-                                                   sample_rate_hz=rate_hz, timeout_s=60.0):
+                                                   sample_rate_hz=rate_hz, timeout_s=60.0, ssml=kind == "ssml"):
                 if isinstance(ev, Audio) and not ev.silence:
                     pcm += ev.payload
                 elif isinstance(ev, TurnError):

@@ -204,9 +204,32 @@ async def test_http_synthesis_returns_l16_at_the_asked_rate(vox_server):
                 assert resp.status == 403
             async with http.post(url, data=b"garbage", headers=AUTH) as resp:
                 assert resp.status == 400 and "JSON" in (await resp.json())["error"]
-            async with http.post(url, json={**body, "type": "ssml"}, headers=AUTH) as resp:
-                assert resp.status == 400 and "ssml" in (await resp.json())["error"]
+            async with http.post(url, json={**body, "type": "markdown"}, headers=AUTH) as resp:
+                assert resp.status == 400 and '"ssml"' in (await resp.json())["error"]
             async with http.post(url, json={**body, "text": ""}, headers=AUTH) as resp:
                 assert resp.status == 400
             async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
                 assert resp.status == 200 and (await resp.json())["status"] == "ok"
+
+
+async def test_http_ssml_is_spoken_as_ssml_and_bad_ssml_says_where(vox_server):
+    """jambonz sends `type: "ssml"` for SSML prompts: the document reaches voxpool as SSML (a 1 s break adds 1 s of
+    audio to the same words), and a malformed one is a 400 naming where it breaks."""
+    async with gateway(target(vox_server)) as (gw, port):
+        url = f"http://127.0.0.1:{port}/synthesize?sampleRate=8000"
+        async with aiohttp.ClientSession() as http:
+            async def speak(kind: str, text: str) -> bytes:
+                body = {"language": "cmn-CN", "voice": "", "type": kind, "text": text}
+                async with http.post(url, json=body, headers=AUTH) as resp:
+                    assert resp.status == 200, await resp.text()
+                    return await resp.read()
+
+            bytes_per_s = 8000 * 2
+            plain = await speak("ssml", "<speak>您好。<break time=\"0ms\"/>欢迎致电。</speak>")
+            paused = await speak("ssml", "<speak>您好。<break time=\"1s\"/>欢迎致电。</speak>")
+            assert abs(len(paused) - len(plain) - bytes_per_s) <= bytes_per_s // 50  # the break, within a frame
+            body = {"language": "cmn-CN", "voice": "", "type": "ssml", "text": "<speak>您好<break time=</speak>"}
+            async with http.post(url, json=body, headers=AUTH) as resp:
+                assert resp.status == 400
+                error = (await resp.json())["error"]
+                assert "line 1" in error and "column" in error, error
