@@ -8,6 +8,7 @@ from protos.voxpool.v1 import tts_pb2 as pb
 from service.call.turn import Turn, TurnState, Turns
 from service.config import LimitsConfig
 from service.errors import InvalidArgument
+from service.security import before_refusal
 from service.session import SessionSettings, checked_speaking_rate, checked_volume_db, spans_from_proto
 from service.ssml import SsmlStream, SsmlTurnText
 
@@ -36,6 +37,19 @@ class TokenBucket:
         return False
 
 
+REFUSAL_WAIT_S = 0.1  # a call refused for what the client sent waits this long for its next write (grpc/grpc#36066)
+
+
+async def refuse_after_writes(events: AsyncIterator[pb.ClientEvent]) -> None:
+    """Before a call ends with INVALID_ARGUMENT: let the client's writes already on their way land.
+
+    A Python aio client still writing when the call ends reports INTERNAL "Internal error from Core" instead of the
+    server's status (grpc/grpc#36066): seen beside a CPU hog for a refused config and for a second config, each
+    with the client's End still in flight.
+    """
+    await before_refusal(events, REFUSAL_WAIT_S)
+
+
 class CallInput:
     """Reads the client's events (text, flush, mark, clear, end) and applies each to the call's turns."""
 
@@ -55,25 +69,29 @@ class CallInput:
         self.refused: Turn | None = None  # an SSML turn refused before its text ended: the rest of it is dropped
 
     async def run(self, events: AsyncIterator[pb.ClientEvent]) -> None:
-        """Until `end` or the end of the stream; InvalidArgument ends the call."""
-        async for event in events:
-            self.last_event_s = self.clock()
-            kind = event.WhichOneof("event")
-            if kind == "text":
-                await self.on_text(event.text)
-            elif kind in ("flush", "mark", "clear"):
-                if not self.control.take():
-                    raise InvalidArgument(
-                        f"too many control messages: at most {self.limits.max_control_per_s:g} flush/mark/clear "
-                        "per second (bursts of twice that)"
-                    )
-                await getattr(self, f"on_{kind}")(getattr(event, kind))
-            elif kind == "end":
-                break
-            elif kind == "config":
-                raise InvalidArgument("config may only be the first message of the stream")
-            else:
-                raise InvalidArgument("empty ClientEvent: set one of config, text, flush, mark, clear, end")
+        """Until `end` or the end of the stream; InvalidArgument ends the call (after `refuse`)."""
+        try:
+            async for event in events:
+                self.last_event_s = self.clock()
+                kind = event.WhichOneof("event")
+                if kind == "text":
+                    await self.on_text(event.text)
+                elif kind in ("flush", "mark", "clear"):
+                    if not self.control.take():
+                        raise InvalidArgument(
+                            f"too many control messages: at most {self.limits.max_control_per_s:g} flush/mark/clear "
+                            "per second (bursts of twice that)"
+                        )
+                    await getattr(self, f"on_{kind}")(getattr(event, kind))
+                elif kind == "end":
+                    break
+                elif kind == "config":
+                    raise InvalidArgument("config may only be the first message of the stream")
+                else:
+                    raise InvalidArgument("empty ClientEvent: set one of config, text, flush, mark, clear, end")
+        except InvalidArgument:
+            await refuse_after_writes(events)
+            raise
         self.done = True
         self.turns.end_input()
 

@@ -10,7 +10,7 @@ from models.frontend.pipeline import FrontendError
 from models.frontend.segmenter import Segmenter
 from protos.voxpool.v1 import tts_pb2 as pb
 from service.call.audio_out import OutFrame
-from service.call.input import CallInput
+from service.call.input import CallInput, refuse_after_writes
 from service.call.outbox import Outbox
 from service.call.produce import Producer
 from service.call.release import Release
@@ -19,14 +19,12 @@ from service.call.turn import Turns
 from service.errors import InvalidArgument, SessionExpired
 from service.paced_sender import PacedSender
 from service.pacing import Pacer
-from service.security import before_refusal
 from service.session import SessionSettings, negotiate
 from service.telemetry import bind_call
 from service.version import VERSION
 
 log = logging.getLogger(__name__)
 _RECANCEL_S = 1.0  # a task still running this long after its cancel absorbed it (library code): cancel it again
-CONFIG_REFUSAL_WAIT_S = 0.1  # a refused config waits this long for the client's next write (grpc/grpc#36066)
 _WATCH_S = 0.1  # the watchdog's period (session length, idle text flush, idle call)
 
 
@@ -118,10 +116,7 @@ class CallSession:
         try:
             s = self.configure((await self._first_event(events)).config)
         except InvalidArgument:
-            # NOTE: let the client's writes already on their way land before the status: a Python aio client still
-            # writing when the call ends reports INTERNAL "Internal error from Core" instead (grpc/grpc#36066;
-            # seen beside a CPU hog for a config refused at once, its End still in flight)
-            await before_refusal(events, CONFIG_REFUSAL_WAIT_S)
+            await refuse_after_writes(events)  # else a client still writing may see INTERNAL (grpc/grpc#36066)
             raise
         self.tel.configured(s)  # telemetry
         await self.outbox.write(self._started(s))

@@ -168,3 +168,21 @@ async def test_a_refused_config_lets_the_clients_next_write_land_first():
     with pytest.raises(InvalidArgument, match="voice"):
         await asyncio.wait_for(session.run(events()), HANG_GUARD_S)
     assert read == ["config", "end"]
+
+
+@pytest.mark.parametrize("extra, needle", [(config_event(), "only be the first"), (pb.ClientEvent(), "empty ClientEvent")])
+async def test_a_call_refused_mid_stream_lets_the_clients_next_write_land_first(extra, needle):
+    """The same for a call refused after its config (a second config, an empty event): its End, already sent, is read
+    before INVALID_ARGUMENT ends the call (found beside the CPU hog: `test_config_twice_and_empty_event` saw
+    INTERNAL "Internal error from Core")."""
+    read: list[str] = []
+
+    async def events():
+        for event in (config_event(), extra, pb.ClientEvent(end=pb.End())):
+            read.append(event.WhichOneof("event") or "empty")
+            yield event
+
+    session = CallSession(_deps(), HeldWrites(), "refused-2", default_pacing="ASAP")
+    with pytest.raises(InvalidArgument, match=needle):
+        await asyncio.wait_for(session.run(events()), HANG_GUARD_S)
+    assert read[-1] == "end" and len(read) == 3
