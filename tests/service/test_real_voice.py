@@ -13,15 +13,8 @@ from tests.service.conftest import collect, config_event, end_event, flush_event
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def baker_folder(tmp_path_factory):
-    from models.voices.install import install_voice
-
-    return install_voice("baker-zh", root=tmp_path_factory.mktemp("voices"))
-
-
 @pytest.fixture
-async def baker_server(baker_folder):
+async def baker_server(baker_voice_folder):
     from engine.async_engine import AsyncEngine
     from models.voices.bundle import load_voice
     from service.config import load_config
@@ -29,7 +22,7 @@ async def baker_server(baker_folder):
 
     cfg = load_config(None, environ={})
     cfg.server.port, cfg.server.host = 0, "127.0.0.1"
-    voice = load_voice(str(baker_folder), weights="int8")
+    voice = load_voice(str(baker_voice_folder), weights="int8")
     voices = {voice.name: voice}
     cfg.voice.default = voice.name
     cfg.engine = {"max_slots": 4}
