@@ -220,9 +220,13 @@ async def benchmark(
     for backend in backends:
         for n in concurrency:
             engine, observer = await _started(backend, n, config, voices)
+            cpu0 = time.process_time()
             records, wall = await run_load(engine, items, n, per_stream, voice, run_tag=f"{backend}-{n}")
+            cpu_s = time.process_time() - cpu0
             await engine.stop()
-            row = {"backend": backend, "concurrency": n, "per_stream": per_stream, **summarize(records, wall)}
+            row = {"backend": backend, "concurrency": n, "per_stream": per_stream, **summarize(records, wall),
+                   "cpu_s": cpu_s}
+            row["cpu_s_per_audio_s"] = cpu_s / row["audio_s"] if row["audio_s"] else None
             if observer is not None:
                 row["engine"] = iteration_summary(observer)
             rows.append(row)
@@ -269,7 +273,8 @@ _ASAP_COLUMNS = (("conc", 5, "concurrency", 0, -1, ""), ("reqs", 6, "requests", 
                  ("err", 5, "errors", 0, -1, ""), ("TTFA p50", 10, "ttfa_ms_p50", 1, 0, ""),
                  ("TTFA p90", 10, "ttfa_ms_p90", 1, 0, ""), ("RTF p50", 9, "rtf_p50", 1, 3, ""),
                  ("RTF p90", 9, "rtf_p90", 1, 3, ""), ("on-time", 9, "chunks_on_time", 100, 1, "%"),
-                 ("all-ok", 8, "requests_all_on_time", 100, 0, "%"), ("xRT", 7, "x_realtime", 1, 1, ""))
+                 ("all-ok", 8, "requests_all_on_time", 100, 0, "%"), ("xRT", 7, "x_realtime", 1, 1, ""),
+                 ("CPU s/aud s", 12, "cpu_s_per_audio_s", 1, 4, ""))
 _PACED_COLUMNS = (("calls", 6, "concurrency", 0, -1, ""), ("turns", 6, "turns", 0, -1, ""),
                   ("err", 5, "errors", 0, -1, ""), ("TTFA p50", 10, "ttfa_ms_p50", 1, 0, ""),
                   ("TTFA p90", 10, "ttfa_ms_p90", 1, 0, ""), ("chunks ok", 11, "chunks_on_time", 100, 1, "%"),

@@ -35,6 +35,7 @@ async def test_tiny_run_of_every_backend() -> None:
     for r in rows:
         assert r["errors"] == 0 and r["requests"] == r["concurrency"] * 2
         assert r["ttfa_ms_p50"] > 0 and r["audio_s"] > 0
+        assert r["cpu_s"] > 0 and r["cpu_s_per_audio_s"] == pytest.approx(r["cpu_s"] / r["audio_s"])
     engine_rows = [r for r in rows if r["backend"] == "engine"]
     assert engine_rows[1]["engine"]["decode_batch_max"] >= 2
-    assert "TTFA p50" in format_table(rows)
+    assert "TTFA p50" in format_table(rows) and "CPU s/aud s" in format_table(rows)
