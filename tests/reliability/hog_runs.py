@@ -15,6 +15,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -29,9 +30,15 @@ def spin() -> None:
         pass
 
 
+SUMMARY = re.compile(r"\b\d+ (passed|failed|errors?)\b")
+
+
 def last_line(text: str) -> str:
+    """The test runner's summary line ("1 failed, 1706 passed in ..."), else the last non-empty line: under make
+    the output ends with make's own "Leaving directory", which says nothing about the run."""
     lines = [line for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+    summaries = [line for line in lines if SUMMARY.search(line)]
+    return summaries[-1].strip("= ") if summaries else (lines[-1] if lines else "")
 
 
 def one_run(command: Sequence[str], log: Path) -> dict[str, Any]:

@@ -25,3 +25,11 @@ def test_stops_at_the_first_failing_run(tmp_path) -> None:
                "--logs", str(tmp_path / "logs"), "--json", str(out)])
     report = json.loads(out.read_text())
     assert rc == 1 and len(report["runs"]) == 1 and report["runs"][0]["rc"] == 3 and report["green_in_a_row"] == 0
+
+
+def test_reports_the_summary_line_not_makes_last_words(tmp_path) -> None:
+    out, script = tmp_path / "r.json", tmp_path / "suite.py"
+    script.write_text("print('=== 1 failed, 1706 passed in 557.84s ===')\nprint(\"make[1]: Leaving directory '/x'\")\n")
+    main(["--runs", "1", "--hog-threads", "0", "--command", f"{sys.executable} {script}",
+          "--logs", str(tmp_path / "logs"), "--json", str(out)])
+    assert json.loads(out.read_text())["runs"][0]["last_line"] == "1 failed, 1706 passed in 557.84s"
