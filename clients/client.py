@@ -42,7 +42,7 @@ from clients.conversation import (  # noqa: F401
     text_spans,
     turn_options,
 )
-from clients.failover import FailoverConversation
+from clients.failover import FailoverConversation, transport_lost
 from protos.voxpool.v1 import tts_pb2 as pb
 from protos.voxpool.v1 import tts_pb2_grpc
 
@@ -54,6 +54,8 @@ DEFAULT_SERVICE_CONFIG: dict[str, Any] = {
     "loadBalancingConfig": [{"round_robin": {}}],
     "healthCheckConfig": {"serviceName": "voxpool.readiness"},
 }
+# Pauses before opening a Converse stream again when its connection was already gone (see converse()).
+OPEN_RETRY_PAUSES_S = (0.05, 0.25)
 KEEPALIVE_TIME_MS = 30_000
 KEEPALIVE_TIMEOUT_MS = 10_000
 
@@ -278,8 +280,24 @@ class VoxpoolClient:
         if config is None:
             config = session_config(voice, encoding, sample_rate_hz, frame_ms, pacing, **config_kw)
         policy = self.failover if failover is None else failover_policy(failover)
-        if policy.enabled:
-            return await FailoverConversation.open(self, config, policy, timeout_s)
+        pauses_s = iter(OPEN_RETRY_PAUSES_S)
+        while True:
+            try:
+                if policy.enabled:
+                    return await FailoverConversation.open(self, config, policy, timeout_s)
+                return await self._open_conversation(config, timeout_s)
+            except VoxpoolError as err:
+                # A new call can land on a connection that has just failed (the channel has not seen it yet):
+                # gRPC core then fails it at once. Nothing of the caller's was sent but the config, so opening
+                # again is safe; a server's own answer (overload, drain, bad config) is never retried here.
+                pause_s = next(pauses_s, None)
+                if pause_s is None or not transport_lost(err):
+                    raise
+                log.info("converse: the new stream's connection was gone (%s); opening again", err.details)
+            await asyncio.sleep(pause_s)
+
+    async def _open_conversation(self, config: pb.SessionConfig, timeout_s: float | None) -> Conversation:
+        """One Converse stream without failover: send the config, wait for `started`."""
         call = self.converse_call(timeout_s)
         conv = Conversation(call, started=None)  # type: ignore[arg-type]
         try:

@@ -70,6 +70,14 @@ def lost_connection(err: VoxpoolError) -> bool:
     return False
 
 
+def transport_lost(err: VoxpoolError) -> bool:
+    """True when the status comes from gRPC core because the connection under the call failed (its details name
+    the transport: reset, broken pipe, stream removed, ...), not from a server that answered."""
+    details = err.details.lower()
+    return err.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN) and any(
+        w in details for w in LOST_CONNECTION_WORDS)
+
+
 def worth_retrying(err: VoxpoolError) -> bool:
     """A failed reopen that another attempt (maybe on another server) can fix."""
     return lost_connection(err) or err.code in (grpc.StatusCode.RESOURCE_EXHAUSTED,
