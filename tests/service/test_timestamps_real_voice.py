@@ -13,10 +13,10 @@ TEXTS = [("bill", "您好，您本月的话费账单已经生成，请在二十�
 
 
 @pytest.fixture(scope="module")
-def timed():
+def timed(baker_voice_folder):
     from service.timestamps_accuracy import synthesize_and_time
 
-    return asyncio.run(synthesize_and_time(TEXTS, "baker-zh"))  # the voice installed in ~/.cache/voxpool
+    return asyncio.run(synthesize_and_time(TEXTS, str(baker_voice_folder)))  # a voice name or folder
 
 
 def test_words_in_order_never_late_and_covering_the_text(timed):
