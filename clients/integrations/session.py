@@ -148,9 +148,8 @@ class VoxpoolSession:
         if not text:
             return
         await self.open()
-        assert self._conv is not None
         turn = self._turns.setdefault(turn_id, _Turn())
-        await self._guard(self._conv.send_text(text, turn_id))
+        await self._guard(self._live().send_text(text, turn_id))
         turn.heard.add_text(text)
         if self.word_marks and not self._server_words and text[-1] in BREAK_CHARS:
             await self._mark(turn_id, turn)
@@ -162,7 +161,7 @@ class VoxpoolSession:
         turn = self._turns[turn_id]
         if self.word_marks and not self._server_words:
             await self._mark(turn_id, turn, final=True)
-        await self._guard(self._conv.flush(turn_id))
+        await self._guard(self._live().flush(turn_id))
 
     async def clear(self, turn_id: str = "") -> None:
         """Barge-in: stop the turn (empty: every turn); the server answers Cleared with the text heard."""
@@ -201,6 +200,14 @@ class VoxpoolSession:
             await self._drop_stream()
             raise VoxpoolError(grpc.StatusCode.UNAVAILABLE, f"voxpool stream closed: {exc}") from exc
 
+    def _live(self) -> Conversation:
+        """The open stream; the reader may have dropped it while a send was awaited (the stream broke)."""
+        conv = self._conv
+        if conv is None:
+            raise VoxpoolError(grpc.StatusCode.UNAVAILABLE,
+                               "voxpool stream closed while sending: the connection broke; send the turn again")
+        return conv
+
     async def _drop_stream(self) -> None:
         conv, self._conv = self._conv, None
         self.started = None
@@ -208,7 +215,6 @@ class VoxpoolSession:
             conv.cancel()
 
     async def _mark(self, turn_id: str, turn: _Turn, final: bool = False) -> None:
-        assert self._conv is not None
         end = len(turn.heard.text)
         if end <= turn.mark_start_char:
             return
@@ -217,7 +223,7 @@ class VoxpoolSession:
         name = f"{MARK_PREFIX}{end}"
         turn.marks[name] = (turn.mark_start_char, end)
         turn.mark_start_char = end
-        await self._guard(self._conv.mark(name, turn_id))
+        await self._guard(self._live().mark(name, turn_id))
 
     async def _read(self, conv: Conversation) -> None:
         try:

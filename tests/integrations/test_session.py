@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from clients.client import Audio, MarkReached, Started, TurnDone, VoiceInfo, WordTime, Words
+import grpc
+import pytest
+
+from clients.client import Audio, MarkReached, Started, TurnDone, VoiceInfo, VoxpoolError, WordTime, Words
 from clients.integrations.session import TurnWords, VoxpoolSession
 from protos.voxpool.v1 import tts_pb2 as pb
 
@@ -107,4 +110,42 @@ async def test_server_word_timestamps_replace_marks():
     n_marks = len([s for s in conv.sent if s[0] == "mark"])
     await session.send_text("t1", "欢迎。")
     assert len([s for s in conv.sent if s[0] == "mark"]) == n_marks  # no more marks once the server times words
+    await session.close()
+
+
+class BreakingConversation(FakeConversation):
+    """The stream breaks while a text send is in flight: the reader sees the break before the send returns."""
+
+    async def send_text(self, text, turn_id=""):
+        self.sent.append(("text", turn_id, text))
+        self.events.put_nowait(VoxpoolError(grpc.StatusCode.UNAVAILABLE, "Stream removed (sendmsg: Broken pipe)"))
+        while not self.events.empty():  # let the session's reader take the break
+            await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+    async def __anext__(self):
+        ev = await self.events.get()
+        if isinstance(ev, VoxpoolError):
+            raise ev
+        if ev is None:
+            raise StopAsyncIteration
+        return ev
+
+
+async def test_a_stream_that_breaks_during_a_send_raises_unavailable_not_an_assertion():
+    # hog run 5 at b8b2761: the reader dropped the stream while send_text awaited; the word mark that follows
+    # asserted the stream was open (AssertionError in the LiveKit plugin instead of its connection error)
+    client, got = FakeClient(), []
+    client.conv = BreakingConversation()
+
+    async def handler(ev):
+        got.append(ev)
+
+    session = VoxpoolSession(client, pb.SessionConfig(), handler)
+    with pytest.raises(VoxpoolError) as err:
+        await session.send_text("t1", "您好，")  # ends at a word break: a mark would follow the text
+    assert err.value.code == grpc.StatusCode.UNAVAILABLE
+    assert not session.is_open
+    assert [type(ev).__name__ for ev in got] == ["StreamBroken"]  # the application heard of the break once
+    assert [s[0] for s in client.conv.sent] == ["text"]  # no mark was sent after the break
     await session.close()
