@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 
 import grpc
+import numpy as np
 import pytest
 
 from protos.voxpool.v1 import tts_pb2 as pb
@@ -84,6 +85,27 @@ def end_event() -> pb.ClientEvent:
 async def collect(call) -> list[pb.ServerEvent]:
     """Every event of a finished call (raises grpc.aio.AioRpcError on a non-OK status)."""
     return [e async for e in call]
+
+
+ROUNDING_STEPS = 4  # 16-bit steps two syntheses of the same ids may differ by (docs/engine.md: chunk boundaries)
+
+
+def pcm_close(a: bytes, b: bytes, steps: int = ROUNDING_STEPS) -> bool:
+    """Same length and every 16-bit little-endian sample within `steps`: the same audio up to float rounding.
+
+    The scheduler picks chunk sizes from the live buffer levels (a starving stream takes short chunks), so two
+    syntheses of the same ids are vocoded in different windows whenever the host is loaded, and the streaming
+    vocoder equals the whole-utterance one within 1e-5, not bit for bit: a sample may land one step apart."""
+    x, y = np.frombuffer(a, "<i2").astype(np.int64), np.frombuffer(b, "<i2").astype(np.int64)
+    return len(x) == len(y) > 0 and int(np.abs(x - y).max()) <= steps
+
+
+def assert_same_l16_frames(got: list, want: list, steps: int = ROUNDING_STEPS) -> None:
+    """Two calls' L16 AudioFrames carry the same audio: the same frames at the same media times, each frame's
+    samples within `steps` of the other's (see pcm_close)."""
+    assert [(f.pts_ms, f.silence, len(f.payload)) for f in got] == [(f.pts_ms, f.silence, len(f.payload)) for f in want]
+    far = [i for i, (g, w) in enumerate(zip(got, want)) if not pcm_close(g.payload, w.payload, steps)]
+    assert not far, f"frames {far[:5]} differ by more than {steps} steps"
 
 
 def kinds(events) -> list[str]:

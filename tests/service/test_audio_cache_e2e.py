@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import grpc
-import numpy as np
 import pytest
 
 from clients import cache_cli
@@ -14,6 +13,7 @@ from tests.service.conftest import (
     config_event,
     end_event,
     flush_event,
+    pcm_close,
     running_server,
     stub_for,
     text_event,
@@ -35,12 +35,6 @@ async def synthesize(server, text: str = TEXT, **kw) -> list[pb.ServerEvent]:
         return await collect(stub.Synthesize(pb.SynthesizeRequest(text=text, audio=audio, **kw)))
 
 
-def close(a: bytes, b: bytes, steps: int = 4) -> bool:
-    """Same length and every 16-bit sample within `steps` (chunk boundaries vary with load: float rounding)."""
-    x, y = np.frombuffer(a, "<i2").astype(int), np.frombuffer(b, "<i2").astype(int)
-    return len(x) == len(y) > 0 and int(np.abs(x - y).max()) <= steps
-
-
 def audio_of(events) -> bytes:
     return b"".join(e.audio.payload for e in events if e.HasField("audio"))
 
@@ -56,7 +50,7 @@ async def test_a_hit_is_byte_identical_to_a_fresh_synthesis_and_skips_the_engine
         assert submitted(server) == 2 * n  # the third never entered the engine
         assert server.cache.stats().hits == n
         assert audio_of(again) == audio_of(stored) and len(audio_of(fresh)) > 0
-        assert close(audio_of(again), audio_of(fresh))  # fresh syntheses agree up to float rounding
+        assert pcm_close(audio_of(again), audio_of(fresh))  # fresh syntheses agree up to float rounding
         done = [e.turn_done for e in again if e.HasField("turn_done")][0]
         fresh_done = [e.turn_done for e in fresh if e.HasField("turn_done")][0]
         assert done.audio_ms == fresh_done.audio_ms  # (chunk boundaries vary with load; the bytes do not)
@@ -151,7 +145,7 @@ async def test_cache_off_synthesizes_every_time() -> None:
         first = await synthesize(server)
         n = submitted(server)
         for _ in range(2):
-            assert close(audio_of(await synthesize(server)), audio_of(first))
+            assert pcm_close(audio_of(await synthesize(server)), audio_of(first))
         assert submitted(server) == 3 * n
 
 
