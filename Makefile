@@ -34,7 +34,8 @@ test: $(STAMP)
 test-load: $(STAMP)
 	$(PY) -m pytest -q --load tests/load $(PYTEST_ARGS)
 
-# The default suite HOG_RUNS times in a row beside a 2-thread CPU hog (docs/reliability.md §5): about 11 min a run here.
+# The default suite HOG_RUNS times in a row beside a 2-thread CPU hog (docs/reliability.md §5): 10–14 min a run on
+# an AVX-512 host, 15–21 min on the AVX2-only VM (ten do not fit in a 3-hour session there).
 HOG_RUNS ?= 10
 test-hog: $(STAMP)
 	$(PY) -m tests.reliability.hog_runs --runs $(HOG_RUNS) --hog-threads 2 --json bench-results/hog-runs.json --logs bench-results/hog-runs
