@@ -42,7 +42,10 @@ async def test_failed_batch_fails_only_its_calls(module):
         failed_turns = {turn_of(r) for r in runner.failed[0][1]}  # a batch holds at most one turn per call
         assert "b" in failed_turns and failed_turns <= {"a", "a2", "b", "b2", "c", "c2"}
         if module == "encode":
-            assert failed_turns <= {"b", "c"}  # a (0.3 s ahead) was encoded in an earlier batch
+            # which turns share b's encode batch depends on timing (a slow host batches a's second turn with b
+            # and c); what does not is that a turn failed at encode never spoke: no speech frame of it went out
+            spoken = {f.turn_id for rec in calls.values() for f in rec.of("audio") if not f.silence}
+            assert spoken and not spoken & failed_turns, (spoken, failed_turns)
         for name, rec in calls.items():
             assert rec.code == grpc.StatusCode.OK, (name, rec.code, rec.details)  # the call itself goes on
             done = {d.turn_id: d for d in rec.of("turn_done")}
