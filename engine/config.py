@@ -21,7 +21,7 @@ class EngineConfig:
     weights: str = "int8"  # load_voice weight path: int8 (CPU fast path; docs/benchmarks.md) | fp32 | bf16; CUDA: not int8
     num_threads: int = 0  # torch intra-op threads of the engine thread; 0 = every core of the affinity mask (engine/threads.py)
     voices: tuple[str, ...] = ("baker-zh",)  # voices loaded by AsyncEngine.from_config
-    cuda_graphs: bool = True  # CUDA only: capture the decoder step / vocoder chunk per power-of-two batch bucket
+    cuda_graphs: bool = True  # CUDA only: the decoder step as CUDA graphs per batch × input-length bucket (engine/cuda_graphs.py)
     cuda_graph_max_batch: int = 64  # largest captured bucket; bigger batches run eagerly
     vocoder_fast_path: bool = True  # postnet streamed (each frame once) + vocoder's 1×1 convs as matmuls, polyphase PQMF; false: reference layers
     vocoder_dtype: str = "float32"  # CPU: float32 | bfloat16 (a bf16 copy of the vocoder; postnet and mel stay fp32)

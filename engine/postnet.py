@@ -21,6 +21,7 @@ import torch
 from engine.batching import bucket_up
 from models.streaming_postnet import StreamingPostnet
 from models.tacotron2 import Tacotron2
+from models.transfer import device_tensor
 
 
 @dataclass(frozen=True)
@@ -116,8 +117,8 @@ class StreamedPostnet:
 
     def run(self, mel: torch.Tensor, mel_after: torch.Tensor, asks: Sequence[PostnetAsk]) -> None:
         for width, slots in sorted(self._groups(asks).items()):
-            fed = torch.tensor([self.fed[s] for s in slots], device=mel.device)
-            rows = torch.tensor(slots, device=mel.device).unsqueeze(1)
+            fed = device_tensor([self.fed[s] for s in slots], mel.device)
+            rows = device_tensor(slots, mel.device).unsqueeze(1)
             batch = mel[rows, fed.unsqueeze(1) + torch.arange(width, device=mel.device)]
             after = self.streamer.step(slots, batch, [self.fed[s] == 0 for s in slots])
             for i, slot in enumerate(slots):

@@ -22,6 +22,7 @@ from models.mel_time_scale import MelTimeScaler, ScaleRow
 from models.tacotron2 import DecodeOutput, DecoderState, Tacotron2, Tacotron2InputError
 from models.streaming_vocoder import StreamingVocoder
 from models.time_scale_frames import input_frames_needed
+from models.transfer import device_tensor
 
 if TYPE_CHECKING:
     from models.voices.bundle import Voice
@@ -160,12 +161,12 @@ class TorchRunner:
                 out = self.acoustic.decode(sub, steps, dropout=dropout)
                 slab.scatter(self.state, where, sub, t)
                 if len(span) != len(slots):  # keep the requested rows of the span
-                    pick = torch.tensor([s - span[0] for s in slots], dtype=torch.long, device=self.device)
+                    pick = device_tensor([s - span[0] for s in slots], self.device)
                     out = DecodeOutput(*(getattr(out, f).index_select(0, pick) for f in DecodeOutput.__dataclass_fields__))
             b = len(slots)
             n_frames = steps * self.r
-            rows = torch.tensor(list(slots), dtype=torch.long, device=self.device)
-            start = torch.from_numpy(self.decoded[list(slots)]).to(self.device)
+            rows = device_tensor(slots, self.device)
+            start = device_tensor(self.decoded[list(slots)].tolist(), self.device)
             cols = start.unsqueeze(1) + torch.arange(n_frames, device=self.device).unsqueeze(0)
             self.mel[rows.unsqueeze(1), cols] = out.frames.to(self.state_dtype)  # zero past each row's stop
             loud = out.frames.abs().sum(-1) >= self.trim_abs_sum  # [B, steps·r], as Tacotron2.trailing_trim_frames
@@ -286,8 +287,8 @@ class TorchRunner:
         """Forget the slot: its decoder row is marked finished (a stray decode produces nothing) and its vocoder
         row is zeroed, so the slot's next request never hears this one's state."""
         with torch.inference_mode():
-            self.state.finished[slot] = True
-            self.state.lengths[slot] = 0
+            self.state.finished[slot: slot + 1].fill_(True)  # fill_ on a view: no blocking host copy on CUDA
+            self.state.lengths[slot: slot + 1].zero_()
             self.streamer.reset([slot])
             self.postnet.reset([slot])
             self.scaler.reset([slot])
@@ -296,8 +297,11 @@ class TorchRunner:
         self.row_finished[slot] = True
 
     def enter_thread(self) -> None:
-        """On the engine thread, first: this thread alone runs torch with `num_threads` intra-op threads."""
+        """On the engine thread, first: this thread alone runs torch with `num_threads` intra-op threads; on CUDA the
+        runner's device becomes the thread's current one (new tensors, streams and graph captures land there)."""
         claim_engine_thread(self.config.num_threads)
+        if self.device.type == "cuda" and self.device.index is not None:  # plain "cuda" is the current device
+            torch.cuda.set_device(self.device)
 
     def warmup(self) -> None:
         """Encode, decode and vocode one short dummy request in slot 0 (and capture CUDA graphs)."""

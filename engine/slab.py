@@ -7,6 +7,7 @@ from typing import Sequence
 import torch
 
 from models.tacotron2 import DecoderState
+from models.transfer import device_tensor
 
 FIELDS = tuple(DecoderState.__dataclass_fields__)
 # fields decode() changes; memory, keys, lengths and seed are read-only while decoding
@@ -21,7 +22,7 @@ def rows_of(slots: Sequence[int], device: torch.device) -> Rows:
     lo = slots[0]
     if list(slots) == list(range(lo, lo + len(slots))):
         return slice(lo, lo + len(slots))
-    return torch.tensor(list(slots), dtype=torch.long, device=device)
+    return device_tensor(slots, device)
 
 
 def _field(src: torch.Tensor, name: str, where: Rows, t: int) -> torch.Tensor:

@@ -23,6 +23,7 @@ from models.time_scale_frames import (
     output_frames,
     ready_output_frames,
 )
+from models.transfer import device_tensor
 
 CARRY_FRAMES = 2  # input frames a row keeps: the next output reads at most two frames back from the last fed
 
@@ -95,7 +96,7 @@ class MelTimeScaler:
         """Forget these slots' utterances (release, cancel, failed batch): rate 1, nothing fed, carry zeroed."""
         if not slots:
             return
-        self.carry.index_fill_(0, torch.tensor(list(slots), dtype=torch.long, device=self.device), 0)
+        self.carry.index_fill_(0, device_tensor(slots, self.device), 0)
         for s in slots:
             self.rate[s], self.fed[s], self.made[s], self.ended[s] = 1.0, 0, 0, False
 

@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.transfer import device_tensor
+
 
 class StreamEdgeError(ValueError):
     """A call cannot reproduce an utterance edge (too few samples to reflect, or not enough tail positions)."""
@@ -64,7 +66,7 @@ class RowState:
         contiguous = list(rows) == list(range(lo, lo + len(rows)))
         self.where: slice | torch.Tensor = (
             slice(lo, lo + len(rows)) if contiguous
-            else torch.tensor(list(rows), dtype=torch.long, device=cache.device)
+            else device_tensor(rows, cache.device)
         )
 
     def take(self, layer: StreamLayer) -> torch.Tensor:
@@ -97,19 +99,19 @@ class StreamCache:
 
     def reset(self, rows: Sequence[int]) -> None:
         """Zero the rows' context (a released or failed slot keeps nothing of its stream)."""
-        where = torch.tensor(list(rows), dtype=torch.long, device=self.device)
+        where = device_tensor(rows, self.device)
         for slab in self.slabs.values():
             slab.index_fill_(0, where, 0)
 
 
-def _edge_positions(edges: Edges, offset: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Start and end per row as cat positions [B, 1] (no edge: 0 / length); both must lie in this call."""
+def _edge_positions(edges: Edges, offset: int, length: int) -> tuple[list[int], list[int]]:
+    """Start and end per row as cat positions (no edge: 0 / length); both must lie in this call."""
     for v in edges.start + edges.end:
         if v is not None and v + offset > length:
             raise StreamEdgeError(f"an utterance edge at input index {v} lies past this call's {length - offset} "
                                   "samples: feed more frames (first call) or more tail frames (last call)")
-    start = torch.tensor([0 if v is None else v + offset for v in edges.start]).unsqueeze(1)
-    end = torch.tensor([length if v is None else v + offset for v in edges.end]).unsqueeze(1)
+    start = [0 if v is None else v + offset for v in edges.start]
+    end = [length if v is None else v + offset for v in edges.end]
     return start, end
 
 
@@ -122,17 +124,21 @@ def pad_edges(cat: torch.Tensor, edges: Edges, offset: int, pad: int, mode: str)
     if not edges.any:
         return cat
     length = cat.shape[-1]
-    start, end = _edge_positions(edges, offset, length)
-    q = torch.arange(length).unsqueeze(0)
+    starts, ends = _edge_positions(edges, offset, length)
+    if mode != "zeros":
+        for s, e in zip(starts, ends):
+            if s + pad >= e:
+                raise StreamEdgeError(f"reflecting {pad} samples about an edge needs {pad + 1} samples of the "
+                                      f"utterance in this call, it holds {e - s}")
+    # built on the device: on CUDA no blocking host copy per layer (models/transfer.py)
+    start = device_tensor(starts, cat.device).unsqueeze(1)  # [B, 1]
+    end = device_tensor(ends, cat.device).unsqueeze(1)
+    q = torch.arange(length, device=cat.device).unsqueeze(0)  # [1, L]
     if mode == "zeros":
-        return cat * ((q >= start) & (q < end)).to(device=cat.device, dtype=cat.dtype).unsqueeze(1)
-    for s, e in zip(start[:, 0].tolist(), end[:, 0].tolist()):
-        if s + pad >= e:
-            raise StreamEdgeError(f"reflecting {pad} samples about an edge needs {pad + 1} samples of the utterance "
-                                  f"in this call, it holds {e - s}")
+        return cat * ((q >= start) & (q < end)).to(cat.dtype).unsqueeze(1)
     idx = torch.where(q < start, 2 * start - q, q)
     idx = torch.where(idx >= end, 2 * (end - 1) - idx, idx).clamp(0, length - 1)
-    return cat.gather(2, idx.to(cat.device).unsqueeze(1).expand(-1, cat.shape[1], -1))
+    return cat.gather(2, idx.unsqueeze(1).expand(-1, cat.shape[1], -1))
 
 
 class StreamConv(StreamLayer):
