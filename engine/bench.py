@@ -43,7 +43,7 @@ from engine.telemetry import RecordingObserver
 
 logger = logging.getLogger(__name__)
 
-TEXTS = Path("/work/shared/texts/callcenter_zh.tsv")
+TEXTS = Path(__file__).resolve().parents[1] / "clients" / "texts" / "callcenter_zh.tsv"  # the repo's call-center texts
 BACKENDS = ("engine", "naive", "non_incremental")
 
 
@@ -337,7 +337,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--classes", default="short,medium,long", help="text classes of the TSV to use")
     p.add_argument("--texts", type=Path, default=TEXTS)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--weights", default="int8", help="fp32 | int8 | bf16")
+    p.add_argument("--weights", default=None, help="fp32 | int8 | bf16 (default: int8 on CPU, fp32 on CUDA)")
     p.add_argument("--max-slots", type=int, default=32)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     p.add_argument("--engine", default="", help="extra EngineConfig keys as JSON, e.g. '{\"chunk_frames\": 32}'")
@@ -356,6 +356,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point."""
     args = parse_args(argv)
+    if args.weights is None:  # int8 is the CPU fast path; EngineConfig refuses it on CUDA
+        args.weights = "int8" if args.device == "cpu" else "fp32"
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from engine.threads import serial_torch
     from models.frontend import MandarinFrontend

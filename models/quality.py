@@ -17,7 +17,7 @@ import torch
 
 log = logging.getLogger(__name__)
 
-# Ten sentences from the call-center set (/work/shared/texts/callcenter_zh.tsv, also clients/texts/): 3 short,
+# Ten sentences from the call-center set (clients/texts/callcenter_zh.tsv): 3 short,
 # 5 medium, 2 long; about 45 s of speech in all. Fixed here so every run scores the same audio.
 QUALITY_SENTENCES: tuple[str, ...] = (
     "您好，欢迎致电。",

@@ -8,7 +8,7 @@ those and the other sentences apart. Each word's start
 and end from service.timestamps.WordTimer (fed chunk by chunk as the engine streams them) is compared with
 the estimate's boundary at the same syllable index.
 
-    python -m service.timestamps_accuracy [--voice baker-zh] [--texts /work/shared/texts/callcenter_zh.tsv]
+    python -m service.timestamps_accuracy [--voice baker-zh] [--texts clients/texts/callcenter_zh.tsv]
         [--json timestamps_accuracy.json]
 """
 
@@ -27,7 +27,7 @@ from service.timestamps import WordTimer, word_units
 
 log = logging.getLogger(__name__)
 HOP_S = 0.005
-DEFAULT_TEXTS = "/work/shared/texts/callcenter_zh.tsv"
+DEFAULT_TEXTS = str(Path(__file__).resolve().parents[1] / "clients" / "texts" / "callcenter_zh.tsv")
 
 
 def read_texts(path: str) -> list[tuple[str, str]]:

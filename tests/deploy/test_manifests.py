@@ -528,6 +528,19 @@ def test_cuda_image_base_and_index():
     assert "VOXPOOL__ENGINE__DEVICE=cuda" in " ".join(a for i, a in stages[-1] if i == "ENV")
 
 
+def test_cuda_image_env_gives_a_config_the_engine_accepts_on_cuda():
+    """The image's VOXPOOL__* env on top of the config it bakes in must validate for device cuda (the baked int8
+    weight path is CPU-only: without an override `docker run --gpus all` stopped at start)."""
+    from engine.config import EngineConfig
+    from service.config import load_config
+
+    env_words = shlex.split(" ".join(a for i, a in dockerfile("Dockerfile.cuda")[-1] if i == "ENV"))
+    env = dict(w.split("=", 1) for w in env_words if w.startswith("VOXPOOL__"))
+    cfg = load_config(REPO / "deploy" / "config" / "voxpool.yaml", environ=env)
+    engine = EngineConfig.from_dict({**cfg.engine, "voices": [cfg.voice.default]})
+    assert engine.device == "cuda" and engine.weights != "int8"
+
+
 def _healthcheck_command(name: str) -> list[str]:
     [hc] = [a for i, a in dockerfile(name)[-1] if i == "HEALTHCHECK"]
     opts, _, cmd = hc.partition(" CMD ")

@@ -23,7 +23,7 @@ from models.frontend import (
 )
 from models.frontend.pipeline import DryRun
 
-TEXTS = Path("/work/shared/texts/callcenter_zh.tsv")
+TEXTS = Path(__file__).resolve().parents[2] / "clients" / "texts" / "callcenter_zh.tsv"
 _MARK_IDS = {SYMBOL_TO_ID[m] for m in ("#0", "#1", "#2", "#3")}
 
 
