@@ -35,10 +35,13 @@ test-load: $(STAMP)
 	$(PY) -m pytest -q --load tests/load $(PYTEST_ARGS)
 
 # The default suite HOG_RUNS times in a row beside a 2-thread CPU hog (docs/reliability.md §5): 10–14 min a run on
-# an AVX-512 host, 15–21 min on the AVX2-only VM (ten do not fit in a 3-hour session there).
+# an AVX-512 host, 15–21 min on the AVX2-only VM (ten do not fit in a 3-hour session there: after a session ended
+# under a count, `make test-hog HOG_ARGS=--resume` goes on with it if only docs/ changed since).
 HOG_RUNS ?= 10
+HOG_ARGS ?=
 test-hog: $(STAMP)
-	$(PY) -m tests.reliability.hog_runs --runs $(HOG_RUNS) --hog-threads 2 --json bench-results/hog-runs.json --logs bench-results/hog-runs
+	$(PY) -m tests.reliability.hog_runs --runs $(HOG_RUNS) --hog-threads 2 --json bench-results/hog-runs.json \
+		--logs bench-results/hog-runs $(HOG_ARGS)
 
 # The issue-13 capacity table: gRPC REALTIME calls (engine, naive) beside the in-process paced run (docs/benchmarks.md).
 # About 20 minutes with the default 30 s per level; CAPACITY_ARGS="--duration-s 5 --levels 1,2" for a smoke run.

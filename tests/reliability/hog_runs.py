@@ -5,8 +5,14 @@ CPU hog), one fixed command:
 
 Starts `--hog-threads` processes that spin on the CPU for the whole time, then runs `make test` (or `--command`)
 `--runs` times in a row in this checkout, and prints one line per run (exit status, wall time, load average before
-and after, pytest's last line) and a summary; the JSON keeps the same. Stops at the first failing run unless
-`--keep-going`. Exits 0 only when every run passed. The hog processes are killed on the way out, whatever happens.
+and after, pytest's last line) and a summary; the JSON keeps the same and is rewritten after every run. Stops at
+the first failing run unless `--keep-going`. Exits 0 only when every run passed. The hog processes are killed on the
+way out, whatever happens.
+
+`--resume` continues the count the JSON holds when a session ended under it (a killed run is neither green nor red:
+it is run again): only if that count had no failing run and nothing outside `docs/` changed between its commit and
+this checkout; the report lists each stretch (`sessions`). Ten runs take 3 h on the slowest VM seen, more than one
+session.
 """
 
 from __future__ import annotations
@@ -51,6 +57,23 @@ def one_run(command: Sequence[str], log: Path) -> dict[str, Any]:
             "last_line": last_line(log.read_text(encoding="utf-8", errors="replace")), "log": str(log)}
 
 
+def code_changed_since(commit: str, repo: Path) -> bool:
+    """Whether anything outside docs/ differs between `commit` and the checkout at `repo` (committed or not)."""
+    diff = subprocess.run(["git", "diff", "--quiet", commit, "--", ".", ":(exclude)docs"], cwd=repo, capture_output=True)
+    return diff.returncode != 0
+
+
+def resumable(report: dict[str, Any], runs: int, repo: Path) -> str | None:
+    """Why this earlier report cannot be continued, or None when it can."""
+    if any(r["rc"] != 0 for r in report.get("runs", [])):
+        return "it has a failing run"
+    if len(report.get("runs", [])) >= runs:
+        return f"it already holds {len(report['runs'])} runs"
+    if code_changed_since(report["commit_full"], repo):
+        return f"code outside docs/ changed since its commit {report['commit']}"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.reliability.hog_runs", description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=10, help="runs in a row")
@@ -59,21 +82,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--logs", type=Path, default=Path("hog-runs"), help="one log per run goes here")
     p.add_argument("--json", type=Path, default=Path("hog-runs.json"), help="write the summary here")
     p.add_argument("--keep-going", action="store_true", help="do not stop at the first failing run")
+    p.add_argument("--repo", type=Path, default=Path("."), help="the checkout whose commit the count is for")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the count in --json (same code, no failing run) instead of starting a new one")
     args = p.parse_args(argv)
     if args.runs < 1 or args.hog_threads < 0:
         p.error("--runs must be >= 1 and --hog-threads >= 0")
     args.logs.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    git = ["git", "rev-parse", "HEAD"]
+    commit_full = subprocess.run(git, cwd=args.repo, capture_output=True, text=True).stdout.strip()
+    report: dict[str, Any] | None = None
+    if args.resume:
+        if not args.json.exists():
+            p.error(f"--resume: {args.json} does not exist")
+        earlier = json.loads(args.json.read_text(encoding="utf-8"))
+        why = resumable(earlier, args.runs, args.repo)
+        if why is not None:
+            p.error(f"--resume: cannot continue the count in {args.json}: {why}")
+        report = earlier
+        report["sessions"].append({"started_utc": now, "commit": commit_full[:7], "first_run": len(report["runs"]) + 1})
+        print(f"resuming at run {len(report['runs']) + 1} of {args.runs} (count started at {report['commit']})",
+              flush=True)
+    if report is None:
+        report = {"command": args.command, "commit": commit_full[:7], "commit_full": commit_full,
+                  "hog_threads": args.hog_threads, "cpu_count": os.cpu_count(), "started_utc": now,
+                  "sessions": [{"started_utc": now, "commit": commit_full[:7], "first_run": 1}], "runs": []}
     hogs = [mp.Process(target=spin, daemon=True) for _ in range(args.hog_threads)]
     for h in hogs:
         h.start()
-    report: dict[str, Any] = {"command": args.command, "commit": commit, "hog_threads": args.hog_threads,
-                              "cpu_count": os.cpu_count(), "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                              "runs": []}
     try:
-        for i in range(1, args.runs + 1):
+        for i in range(len(report["runs"]) + 1, args.runs + 1):
             run = one_run(shlex.split(args.command), args.logs / f"run{i}.log")
+            run["started_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - run["wall_s"]))
             report["runs"].append(run)
+            args.json.write_text(json.dumps(report, indent=2), encoding="utf-8")  # survives a session's end
             print(f"run {i}: exit {run['rc']}, {run['wall_s']:.0f} s, load {run['load_before']:.1f} -> "
                   f"{run['load_after']:.1f}: {run['last_line']}", flush=True)
             if run["rc"] != 0 and not args.keep_going:
@@ -86,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     green = sum(1 for r in report["runs"] if r["rc"] == 0)
     report["green_in_a_row"] = next((i for i, r in enumerate(report["runs"]) if r["rc"] != 0), len(report["runs"]))
     args.json.write_text(json.dumps(report, indent=2), encoding="utf-8")
-    print(f"{green} of {len(report['runs'])} runs green ({report['green_in_a_row']} in a row) at {commit}, "
+    print(f"{green} of {len(report['runs'])} runs green ({report['green_in_a_row']} in a row) at {report['commit']}, "
           f"{args.hog_threads} hog threads; wrote {args.json}")
     return 0 if green == args.runs else 1
 
