@@ -11,7 +11,9 @@ the smaller ones reuse its memory. A bucket that fails to capture is logged and 
 
 Capture runs with Python's garbage collector paused: a collection inside a capture can destroy another
 runner's graphs, which invalidates the capture in progress (seen on an H200 with several engines built in one
-process). The graphs hold their runner weakly, so a dropped runner frees its graphs without the collector.
+process). The graphs hold their runner weakly, so a dropped runner frees its graphs without the collector. Captures
+in one process run one at a time (engines on other threads may be warming up too: the collector pause is
+process-wide), in CUDA's thread-local capture mode, so another thread's ordinary CUDA work cannot invalidate them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import threading
 import weakref
 from typing import Any, Callable, Protocol, Sequence
 
@@ -32,6 +35,7 @@ from models.tacotron2 import DecodeOutput, DecoderState, Tacotron2
 from models.transfer import device_tensor
 
 logger = logging.getLogger(__name__)
+_CAPTURE_LOCK = threading.Lock()  # one capture at a time per process (the collector pause below is process-wide)
 
 
 class GraphHost(Protocol):
@@ -70,7 +74,7 @@ class CudaCapture:
     def capture(self, fn: Step) -> tuple[Any, DecodeOutput]:
         """(graph with replay(), fn's outputs as static tensors that each replay rewrites)."""
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
             result = fn()
         return graph, result
 
@@ -177,6 +181,14 @@ class CudaGraphs:
         and decodes eagerly."""
         runner = self.runner
         failed: list[tuple[int, int]] = []
+        with _CAPTURE_LOCK:
+            self._capture_all(runner, failed)
+        if failed:
+            logger.error("voice %s: %d of %d decoder graph buckets failed to capture: %s", runner.voice, len(failed),
+                         len(failed) + len(self._decode), failed)
+        logger.info("voice %s: %d decoder graphs captured", runner.voice, len(self._decode))
+
+    def _capture_all(self, runner: GraphHost, failed: list[tuple[int, int]]) -> None:
         gc.collect()
         was_enabled = gc.isenabled()
         gc.disable()
@@ -197,10 +209,6 @@ class CudaGraphs:
         finally:
             if was_enabled:
                 gc.enable()
-        if failed:
-            logger.error("voice %s: %d of %d decoder graph buckets failed to capture: %s", runner.voice, len(failed),
-                         len(failed) + len(self._decode), failed)
-        logger.info("voice %s: %d decoder graphs captured", runner.voice, len(self._decode))
 
     def _bucket(self, slots: Sequence[int]) -> tuple[int, int] | None:
         longest = int(self.runner.lengths[list(slots)].max())

@@ -9,10 +9,12 @@ and after, pytest's last line) and a summary; the JSON keeps the same and is rew
 the first failing run unless `--keep-going`. Exits 0 only when every run passed. The hog processes are killed on the
 way out, whatever happens.
 
-`--resume` continues the count the JSON holds when a session ended under it (a killed run is neither green nor red:
-it is run again): only if that count had no failing run and nothing outside `docs/` changed between its commit and
-this checkout; the report lists each stretch (`sessions`). Ten runs take 3 h on the slowest VM seen, more than one
-session.
+`--resume` continues the count the JSON holds when a session ended under it: only with the same command and hog
+threads, if that count had no failing run and nothing outside `docs/` changed between its commit and this checkout
+(committed, uncommitted or untracked); the report lists each stretch (`sessions`). A run cut short by a signal
+(SIGTERM/SIGHUP/SIGINT to this tool, or the suite killed by one, as at a session's end) is neither green nor red:
+it is not recorded, and a resumed count runs it again. A count starts only on a checkout whose code is committed.
+Ten runs take 3 h on the slowest VM seen, more than one session.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import multiprocessing as mp
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -47,29 +50,56 @@ def last_line(text: str) -> str:
     return summaries[-1].strip("= ") if summaries else (lines[-1] if lines else "")
 
 
-def one_run(command: Sequence[str], log: Path) -> dict[str, Any]:
-    """Run the command once, its output into `log`; what the summary needs."""
+class Interrupted(Exception):
+    """This tool was signalled (a session ending): the run in progress counts for nothing."""
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def one_run(command: Sequence[str], log: Path) -> dict[str, Any] | None:
+    """Run the command once, its output into `log`; what the summary needs, or None when a signal cut it short."""
     load0, t0 = os.getloadavg()[0], time.monotonic()
     with log.open("w", encoding="utf-8") as out:
-        rc = subprocess.run(list(command), stdout=out, stderr=subprocess.STDOUT).returncode
+        child = subprocess.Popen(list(command), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = child.wait()
+        except Interrupted:
+            os.killpg(child.pid, signal.SIGKILL)  # the suite and everything it started
+            child.wait()
+            raise
+    if rc < 0:  # the suite itself was killed by a signal (OOM killer, a session's end): not a verdict on it
+        return None
     wall_s = time.monotonic() - t0
     return {"rc": rc, "wall_s": round(wall_s, 1), "load_before": load0, "load_after": os.getloadavg()[0],
             "last_line": last_line(log.read_text(encoding="utf-8", errors="replace")), "log": str(log)}
 
 
-def code_changed_since(commit: str, repo: Path) -> bool:
-    """Whether anything outside docs/ differs between `commit` and the checkout at `repo` (committed or not)."""
+def code_changed_since(commit: str, repo: Path, own: Sequence[Path] = ()) -> bool:
+    """Whether anything outside docs/ differs between `commit` and the checkout at `repo`: committed, uncommitted or
+    untracked (not ignored) files; `own` are this tool's JSON and logs, which may lie untracked in the checkout."""
     diff = subprocess.run(["git", "diff", "--quiet", commit, "--", ".", ":(exclude)docs"], cwd=repo, capture_output=True)
-    return diff.returncode != 0
+    if diff.returncode != 0:
+        return True
+    listed = subprocess.run(["git", "ls-files", "--others", "--exclude-standard", "--", ".", ":(exclude)docs"],
+                            cwd=repo, capture_output=True, text=True).stdout.splitlines()
+    mine = [p.resolve() for p in own]
+    return any(not any(m == (repo / f).resolve() or m in (repo / f).resolve().parents for m in mine) for f in listed)
 
 
-def resumable(report: dict[str, Any], runs: int, repo: Path) -> str | None:
-    """Why this earlier report cannot be continued, or None when it can."""
+def resumable(report: dict[str, Any], args: argparse.Namespace) -> str | None:
+    """Why this earlier report cannot be continued by these arguments, or None when it can."""
+    if "commit_full" not in report:
+        return "it was written by an older version of this tool (no full commit recorded)"
+    if report.get("command") != args.command or report.get("hog_threads") != args.hog_threads:
+        return (f"it ran {report.get('command')!r} beside {report.get('hog_threads')} hog threads, not "
+                f"{args.command!r} beside {args.hog_threads}")
     if any(r["rc"] != 0 for r in report.get("runs", [])):
         return "it has a failing run"
-    if len(report.get("runs", [])) >= runs:
+    if len(report.get("runs", [])) >= args.runs:
         return f"it already holds {len(report['runs'])} runs"
-    if code_changed_since(report["commit_full"], repo):
+    if code_changed_since(report["commit_full"], args.repo, [args.json, args.logs]):
         return f"code outside docs/ changed since its commit {report['commit']}"
     return None
 
@@ -97,23 +127,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.json.exists():
             p.error(f"--resume: {args.json} does not exist")
         earlier = json.loads(args.json.read_text(encoding="utf-8"))
-        why = resumable(earlier, args.runs, args.repo)
+        why = resumable(earlier, args)
         if why is not None:
             p.error(f"--resume: cannot continue the count in {args.json}: {why}")
         report = earlier
-        report["sessions"].append({"started_utc": now, "commit": commit_full[:7], "first_run": len(report["runs"]) + 1})
+        stretch = {"started_utc": now, "commit": commit_full[:7], "first_run": len(report["runs"]) + 1}
+        report.setdefault("sessions", []).append(stretch)
         print(f"resuming at run {len(report['runs']) + 1} of {args.runs} (count started at {report['commit']})",
               flush=True)
     if report is None:
+        if code_changed_since("HEAD", args.repo, [args.json, args.logs]):
+            p.error("the checkout has uncommitted or untracked code outside docs/: commit it first (a count is for "
+                    "one commit)")
         report = {"command": args.command, "commit": commit_full[:7], "commit_full": commit_full,
                   "hog_threads": args.hog_threads, "cpu_count": os.cpu_count(), "started_utc": now,
                   "sessions": [{"started_utc": now, "commit": commit_full[:7], "first_run": 1}], "runs": []}
     hogs = [mp.Process(target=spin, daemon=True) for _ in range(args.hog_threads)]
     for h in hogs:
         h.start()
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    interrupted = None
     try:
         for i in range(len(report["runs"]) + 1, args.runs + 1):
             run = one_run(shlex.split(args.command), args.logs / f"run{i}.log")
+            if run is None:
+                interrupted = f"run {i} was killed by a signal"
+                break
             run["started_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - run["wall_s"]))
             report["runs"].append(run)
             args.json.write_text(json.dumps(report, indent=2), encoding="utf-8")  # survives a session's end
@@ -121,11 +160,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{run['load_after']:.1f}: {run['last_line']}", flush=True)
             if run["rc"] != 0 and not args.keep_going:
                 break
+    except Interrupted as exc:
+        interrupted = f"{exc} during run {len(report['runs']) + 1}"
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         for h in hogs:
             h.kill()
             h.join()
     report["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    if interrupted is not None:
+        report["interrupted"] = interrupted
+        args.json.write_text(json.dumps(report, indent=2), encoding="utf-8")
+        print(f"interrupted: {interrupted}; {len(report['runs'])} runs recorded; go on with --resume", flush=True)
+        return 3
     green = sum(1 for r in report["runs"] if r["rc"] == 0)
     report["green_in_a_row"] = next((i for i, r in enumerate(report["runs"]) if r["rc"] != 0), len(report["runs"]))
     args.json.write_text(json.dumps(report, indent=2), encoding="utf-8")
