@@ -54,10 +54,10 @@ class TorchRunner:
         self.device = torch.device(config.device)
         acoustic: Tacotron2 = voice.acoustic
         vocoder = voice.vocoder
-        if self.device.type == "cuda" and config.dtype != "float32":
+        if self.device.type == "cuda" and config.dtype != "float32":  # copies: the Voice's own models stay as loaded
             dt = getattr(torch, config.dtype)
-            acoustic = acoustic.to(dt)
-            vocoder = vocoder.to(dt)
+            acoustic = copy.deepcopy(acoustic).to(dt)
+            vocoder = copy.deepcopy(vocoder).to(dt)
         elif config.vocoder_dtype != "float32":  # a copy: the voice's own vocoder (baselines, whole-utterance) stays
             vocoder = copy.deepcopy(vocoder).to(getattr(torch, config.vocoder_dtype))
         with _ENCODER_LOCK:  # .to()/.eval() refresh nn.LSTM's flat weights: not while a baseline worker encodes
@@ -118,11 +118,11 @@ class TorchRunner:
             ids_t, lengths_t = pad_ids(ids)
             try:
                 with _ENCODER_LOCK:  # nn.LSTM is not safe to enter from two threads (the naive baseline does)
-                    enc = self.acoustic.encode(ids_t.to(self.device), lengths_t.to(self.device))
+                    enc = self.acoustic.encode(ids_t, lengths_t)  # host tensors: checked there, then moved
             except Tacotron2InputError as exc:
                 raise InvalidRequest(str(exc)) from exc
-            fresh = self.acoustic.new_state(enc, torch.tensor(list(seeds), dtype=torch.long))
-            rows = torch.tensor(list(slots), dtype=torch.long, device=self.device)
+            fresh = self.acoustic.new_state(enc, device_tensor(seeds, self.device))
+            rows = device_tensor(slots, self.device)
             self.state.index_copy_(rows, fresh)
             self.mel.index_fill_(0, rows, 0)
             self.mel_after.index_fill_(0, rows, 0)

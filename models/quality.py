@@ -70,7 +70,7 @@ def render(voice: Any, ids: torch.Tensor, seed: int) -> tuple[torch.Tensor, np.n
     mel, _ = voice.acoustic.synthesize(ids, seed=seed)
     vocoder_dtype = next(voice.vocoder.parameters()).dtype
     audio = voice.vocoder(mel.unsqueeze(0).to(vocoder_dtype))[0]
-    return mel.float(), audio.float().numpy()
+    return mel.float(), audio.float().cpu().numpy()
 
 
 @torch.inference_mode()

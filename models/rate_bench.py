@@ -47,7 +47,7 @@ def _nearest(mel: torch.Tensor, rate: float) -> torch.Tensor:
 def _vocode(voice: Any, mel: torch.Tensor) -> np.ndarray:
     dtype = next(voice.vocoder.parameters()).dtype
     with torch.inference_mode():
-        return voice.vocoder(mel.unsqueeze(0).to(dtype))[0].float().numpy()
+        return voice.vocoder(mel.unsqueeze(0).to(dtype))[0].float().cpu().numpy()
 
 
 def _phase_vocoder(audio: np.ndarray, rate: float) -> np.ndarray:

@@ -449,8 +449,9 @@ class Tacotron2(nn.Module):
         self, ids: torch.Tensor, lengths: torch.Tensor, prosody: torch.Tensor | None = None
     ) -> EncoderOutput:
         """ids [B, T] (padding must hold valid ids, e.g. 0), lengths [B], prosody [B, T] -> EncoderOutput."""
-        self._validate_inputs(ids, lengths, prosody)
+        self._validate_inputs(ids, lengths, prosody)  # cheapest on host tensors: on a GPU each check would sync
         dev = self.embedding.weight.device
+        lengths_host = lengths.cpu()  # pack_padded_sequence wants them on the host
         ids = ids.to(dev, torch.long)
         lengths = lengths.to(dev, torch.long)
         B, T = ids.shape
@@ -464,7 +465,7 @@ class Tacotron2(nn.Module):
         for conv in self.encoder_convs:
             x = F.relu(conv(x * mask))
         x = x.transpose(1, 2)  # [B, T, C]
-        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        packed = pack_padded_sequence(x, lengths_host, batch_first=True, enforce_sorted=False)
         out, _ = self.encoder_lstm(packed)
         memory, _ = pad_packed_sequence(out, batch_first=True, total_length=T)  # zeros past each length
         memory = memory * valid.unsqueeze(-1).to(memory.dtype)
