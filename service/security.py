@@ -154,6 +154,20 @@ def _denial(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str,
     return _rebuild(handler, deny)
 
 
+def _unknown_method(method: str) -> grpc.RpcMethodHandler:
+    """A refusal for a method this port does not serve: UNIMPLEMENTED, after the client's writes have landed.
+
+    gRPC core refuses unknown methods by itself at once, and a Python aio client still writing (a reflection
+    stream on the public port with reflection off) then reports INTERNAL "Internal error from Core" instead of
+    UNIMPLEMENTED (grpc/grpc#36066; seen beside a CPU hog). Streaming in raw bytes serves any cardinality."""
+
+    async def refuse(request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+        await before_refusal(request_iterator)
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not served on this port")
+
+    return grpc.stream_stream_rpc_method_handler(refuse)
+
+
 class SecurityInterceptor(grpc.aio.ServerInterceptor):
     """Bearer-token authentication, per-tenant method permissions and text rate, and malformed-request answers.
 
@@ -189,7 +203,9 @@ class SecurityInterceptor(grpc.aio.ServerInterceptor):
                                 handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
-        if handler is None or method.startswith(HEALTH_PREFIX):
+        if handler is None:
+            return _unknown_method(method)
+        if method.startswith(HEALTH_PREFIX):
             return handler
         tenant = ""
         if self.tokens is not None:
