@@ -62,6 +62,18 @@ class CacheKey:
         return 8 * len(self.ids) + len(repr(self.request)) + len(self.voice) + len(self.model_version)
 
 
+#: The array fields of an AudioChunk a cache entry holds (read-only copies; None stays None).
+_CHUNK_ARRAYS = ("samples", "input_positions", "step_start_samples", "ahead_positions", "ahead_step_start_samples")
+
+
+def _frozen(array: np.ndarray | None) -> np.ndarray | None:
+    if array is None:
+        return None
+    out = np.array(array, copy=True)
+    out.setflags(write=False)
+    return out
+
+
 @dataclass(frozen=True)
 class CachedSegment:
     """Everything a segment's output stream carried: the chunks (audio, boundaries, alignment) and finish info.
@@ -79,13 +91,9 @@ class CachedSegment:
         """Freeze chunks into read-only copies (the producer may reuse its buffers)."""
         frozen = []
         for c in chunks:
-            samples = np.array(c.samples, dtype=np.float32, copy=True)
-            positions = np.array(c.input_positions, copy=True)
-            starts = None if c.step_start_samples is None else np.array(c.step_start_samples, copy=True)
-            for array in (samples, positions, starts):
-                if array is not None:
-                    array.setflags(write=False)
-            frozen.append(dataclasses.replace(c, samples=samples, input_positions=positions, step_start_samples=starts))
+            arrays = {name: _frozen(getattr(c, name)) for name in _CHUNK_ARRAYS}
+            arrays["samples"] = _frozen(np.asarray(c.samples, dtype=np.float32))
+            frozen.append(dataclasses.replace(c, **arrays))
         return cls(tuple(frozen), sample_rate_hz, decoder_steps)
 
     @property
@@ -96,8 +104,8 @@ class CachedSegment:
     @property
     def nbytes(self) -> int:
         """Accounted size: the arrays plus a fixed overhead per chunk and per entry."""
-        arrays = sum(c.samples.nbytes + c.input_positions.nbytes + CHUNK_OVERHEAD_BYTES
-                     + (0 if c.step_start_samples is None else c.step_start_samples.nbytes) for c in self.chunks)
+        arrays = sum(CHUNK_OVERHEAD_BYTES + sum(getattr(c, name).nbytes for name in _CHUNK_ARRAYS
+                                                if getattr(c, name) is not None) for c in self.chunks)
         return arrays + ENTRY_OVERHEAD_BYTES
 
 

@@ -497,6 +497,8 @@ class EngineCore:
             rate = request.spec.speaking_rate
             lo, hi = (min(len(request.peaks), steps_started_before(n, hop, r_frames, rate))
                       for n in (request.samples_emitted, request.samples_emitted + samples.size))
+            # the steps decided past this chunk (whole steps of decided frames: a trailing trim cannot remove them)
+            ahead = max(hi, min(len(request.peaks), request.frames_decided // r_frames))
             request.sink.publish_chunk(
                 AudioChunk(
                     samples=samples,
@@ -506,6 +508,9 @@ class EngineCore:
                     sample_rate_hz=runner.timing.sample_rate_hz,
                     step_start_samples=np.array([step_start_sample(k, hop, r_frames, rate) for k in range(lo, hi)],
                                                 dtype=np.int64),
+                    ahead_positions=np.asarray(request.peaks[hi:ahead], dtype=np.int32),
+                    ahead_step_start_samples=np.array(
+                        [step_start_sample(k, hop, r_frames, rate) for k in range(hi, ahead)], dtype=np.int64),
                 )
             )
             if first:

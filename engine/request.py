@@ -114,6 +114,12 @@ class AudioChunk:
     `step_start_samples` [steps] (int64) is where each of those steps' audio starts in the request's audio: step k
     at k·r·hop at rate 1, time-scaled with the speaking rate (models/time_scale_frames.step_start_sample); None from
     producers that do not know it (a consumer then assumes rate 1).
+
+    `ahead_positions` [m] are the attention peaks of the decoder steps that follow this chunk's and are already
+    decided (their audio will come, later: the vocoder and postnet run tens of frames behind the decoder), with
+    `ahead_step_start_samples` [m] (int64, the same rule as `step_start_samples`). A consumer that must time a word
+    before its first audio (service/call/words.py) can then time it before the chunk holding its end arrives.
+    Empty when nothing is decided past the chunk; None from producers that do not know it.
     """
 
     samples: np.ndarray
@@ -122,6 +128,8 @@ class AudioChunk:
     first: bool
     sample_rate_hz: int
     step_start_samples: np.ndarray | None = None
+    ahead_positions: np.ndarray | None = None
+    ahead_step_start_samples: np.ndarray | None = None
 
     @property
     def duration_s(self) -> float:

@@ -129,7 +129,9 @@ class WordTimer:
     A word starts at the first decoder step whose attention (running maximum of the peaks, as on clear)
     reaches its first id, and ends at the first step that reaches its ``end_id`` (past its last id and the
     prosody marks after it, up to a pause); it is emitted at that
-    moment, so its end is never after the audio received so far, and words come in text order, each once.
+    moment, and words come in text order, each once. From chunks alone a word's end is never after the audio
+    received so far; with the decided steps past a chunk (``push(..., ahead=)``, AudioChunk.ahead_positions) a
+    word is timed as soon as the decoder has passed it, before the chunk holding its end: the same words, sooner.
     ``finish`` ends the words still open at the end of the audio. Steps are ``frames_per_step`` mel frames of
     ``samples_per_frame`` samples (the voice's reduction factor and hop), unless the chunks give each step's
     start sample (``push(..., step_starts=)``: the engine's, exact at any speaking rate).
@@ -141,8 +143,9 @@ class WordTimer:
         self.units = list(units)
         self.samples_per_frame = float(samples_per_frame)
         self.frames_per_step = int(frames_per_step)
-        self._peaks: list[int] = []  # attention peak per decoder step, as far as known
+        self._peaks: list[int] = []  # attention peak per decoder step, as far as known (audio and ahead)
         self._starts: list[int] = []  # start sample per decoder step, when the chunks gave them
+        self._chunk_steps = 0  # steps whose audio came (the next chunk's steps start here)
         self._next_step = 0  # first step not yet processed
         self._max_peak = -1
         self._unit = 0  # first unit not yet emitted
@@ -155,32 +158,50 @@ class WordTimer:
         return int(round(step * self.frames_per_step * self.samples_per_frame))
 
     def push(self, start_sample: int, n_samples: int, input_positions: np.ndarray | Sequence[int],
-             step_starts: np.ndarray | Sequence[int] | None = None) -> list[WordTime]:
+             step_starts: np.ndarray | Sequence[int] | None = None,
+             ahead: np.ndarray | Sequence[int] = (), ahead_starts: np.ndarray | Sequence[int] | None = None,
+             ) -> list[WordTime]:
         """One AudioChunk (``start_sample``, ``len(samples)``, ``input_positions``); returns the words it ends.
 
         ``step_starts`` (one per position, AudioChunk.step_start_samples): the steps' start samples; the chunk's
-        steps then follow the steps pushed so far."""
+        steps then follow the steps of the chunks pushed so far. ``ahead`` (AudioChunk.ahead_positions): the
+        peaks of the decided steps right after the chunk's, with ``ahead_starts`` when ``step_starts`` is given;
+        their audio comes in later chunks, which repeat them."""
         if step_starts is not None:
             if len(step_starts) != len(input_positions) or len(self._starts) != len(self._peaks):
                 raise ValueError("step_starts needs one start per input position, on every chunk")
-            self._starts.extend(int(s) for s in step_starts)
-            first_step = len(self._peaks)
+            if len(ahead) and (ahead_starts is None or len(ahead_starts) != len(ahead)):
+                raise ValueError("ahead_starts needs one start per ahead position")
+            first_step = self._chunk_steps
         else:
+            if ahead_starts is not None and len(ahead_starts):
+                raise ValueError("ahead_starts without step_starts")
             first_step = int(round(start_sample / self.samples_per_frame)) // self.frames_per_step
         if first_step > len(self._peaks):
             raise ValueError(f"chunk at sample {start_sample} skips decoder steps {len(self._peaks)}-{first_step - 1}")
-        for i, peak in enumerate(input_positions):
-            step = first_step + i
-            if step < len(self._peaks):
-                self._peaks[step] = int(peak)
-            else:
-                self._peaks.append(int(peak))
+        self._set_steps(first_step, input_positions, step_starts)
+        self._chunk_steps = max(self._chunk_steps, first_step + len(input_positions))
+        self._set_steps(first_step + len(input_positions), ahead, ahead_starts if len(ahead) else None)
         self._audio_samples = max(self._audio_samples, start_sample + n_samples)
         out: list[WordTime] = []
         while self._next_step < len(self._peaks):
             self._step(self._next_step, out)
             self._next_step += 1
         return out
+
+    def _set_steps(self, first_step: int, peaks: np.ndarray | Sequence[int],
+                   starts: np.ndarray | Sequence[int] | None) -> None:
+        """Steps first_step.. get these peaks (and starts): known ones are overwritten, new ones appended."""
+        for i, peak in enumerate(peaks):
+            step = first_step + i
+            if step < len(self._peaks):
+                self._peaks[step] = int(peak)
+                if starts is not None and step < len(self._starts):
+                    self._starts[step] = int(starts[i])
+            else:
+                self._peaks.append(int(peak))
+                if starts is not None:
+                    self._starts.append(int(starts[i]))
 
     def _step(self, step: int, out: list[WordTime]) -> None:
         self._max_peak = max(self._max_peak, self._peaks[step])

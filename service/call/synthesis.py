@@ -143,7 +143,8 @@ class Synthesis:
                 samples, timed = event.samples, []
                 if words is not None:
                     samples, timed = words.push(event.start_sample, event.samples, event.input_positions,
-                                                event.step_start_samples)
+                                                event.step_start_samples, event.ahead_positions,
+                                                event.ahead_step_start_samples)
                 held_s = self.deps.clock()
                 yield samples, pos if words is None else words.released_chars(pos), timed
                 seg_tel.held(self.deps.clock() - held_s)  # telemetry: time held back downstream is not synthesis

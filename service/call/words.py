@@ -34,17 +34,23 @@ class SegmentWords:
         return [WordTime(w.start_char + c, w.end_char + c, w.start_sample, w.end_sample) for w in words]
 
     def push(self, start_sample: int, samples: np.ndarray, input_positions: np.ndarray,
-             step_start_samples: np.ndarray | None = None) -> tuple[np.ndarray, list[WordTime]]:
+             step_start_samples: np.ndarray | None = None, ahead_positions: np.ndarray | None = None,
+             ahead_step_start_samples: np.ndarray | None = None) -> tuple[np.ndarray, list[WordTime]]:
         """One AudioChunk → (samples releasable now, words timed by it).
 
         `step_start_samples`: where each of the chunk's steps starts (AudioChunk.step_start_samples, exact at any
-        speaking rate); None: steps of `step_samples` each (rate 1)."""
+        speaking rate); None: steps of `step_samples` each (rate 1). `ahead_positions` /
+        `ahead_step_start_samples`: the steps the engine decided past the chunk (AudioChunk's): a word the decoder
+        has passed is timed now, so its audio is not held for the chunk that ends it."""
         end_sample = start_sample + len(samples)
+        ahead = () if ahead_positions is None else ahead_positions
         if step_start_samples is not None:
-            words = self.timer.push(start_sample, len(samples), input_positions, step_starts=step_start_samples)
+            words = self.timer.push(start_sample, len(samples), input_positions, step_starts=step_start_samples,
+                                    ahead=ahead, ahead_starts=ahead_step_start_samples if len(ahead) else None)
         else:  # the chunk's input_positions are the steps whose first sample lies in it: the first on a step edge
             first_step_sample = -(-start_sample // self.step_samples) * self.step_samples
-            words = self.timer.push(first_step_sample, max(0, end_sample - first_step_sample), input_positions)
+            words = self.timer.push(first_step_sample, max(0, end_sample - first_step_sample), input_positions,
+                                    ahead=ahead)
         self._received = end_sample
         self._held = np.concatenate([self._held, np.asarray(samples, np.float32)])
         hold = self.timer.hold_from_sample()

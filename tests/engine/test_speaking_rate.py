@@ -67,6 +67,7 @@ async def test_rates_batched_together_equal_whole_utterance_time_scaling(voice) 
     results = await asyncio.gather(*(st.collect() for st in streams))
     await engine.stop()
     assert engine.counters().max_vocode_batch >= 2
+    ahead_seen = 0
     for (ids, seed, rate), (audio, chunks, final) in zip(jobs, results):
         ref_audio, ref_peaks, n_frames = reference(voice, ids, seed, rate)
         assert final.reason is FinishReason.COMPLETED
@@ -79,6 +80,15 @@ async def test_rates_batched_together_equal_whole_utterance_time_scaling(voice) 
         for c in chunks:  # each chunk carries exactly the steps whose audio starts inside it
             assert all(c.start_sample <= s < c.start_sample + len(c.samples) for s in c.step_start_samples)
         assert len(positions) == sum(1 for k in range(len(ref_peaks)) if step_start_sample(k, hop, r, rate) < len(audio))
+        steps_so_far = 0
+        for c in chunks:  # the decided steps past each chunk: the reference's next peaks, their audio still to come
+            steps_so_far += len(c.input_positions)
+            ahead = range(steps_so_far, steps_so_far + len(c.ahead_positions))
+            np.testing.assert_array_equal(c.ahead_positions, ref_peaks[ahead.start: ahead.stop])
+            np.testing.assert_array_equal(c.ahead_step_start_samples, [step_start_sample(k, hop, r, rate) for k in ahead])
+            assert all(c.start_sample + len(c.samples) <= s < len(audio) for s in c.ahead_step_start_samples)
+        ahead_seen += sum(len(c.ahead_positions) for c in chunks)
+    assert ahead_seen > 0  # the decoder runs ahead of the vocoder: chunks do carry decided steps
 
 
 async def test_rate_two_is_half_as_long_and_rate_half_twice(voice) -> None:

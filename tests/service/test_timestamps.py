@@ -141,6 +141,67 @@ def test_holding_audio_from_hold_from_sample_sends_every_word_before_its_audio(s
         assert released <= w.start_sample or w.start_sample == w.end_sample
 
 
+def run_with_ahead(peaks: list[int], chunk_steps: list[int], aheads: list[int], with_starts: bool):
+    """Feed peaks as chunks of whole steps, each with `ahead` decided steps past it (the engine's AudioChunk),
+    releasing audio up to hold_from_sample; returns [(word, chunk index at emission, samples released before)]."""
+    timer = WordTimer(UNITS, HOP, R)
+    got, step, released, k = [], 0, 0, 0
+    sizes, more = iter(chunk_steps), iter(aheads)
+    while step < len(peaks):
+        end = min(len(peaks), step + max(1, next(sizes, len(peaks))))
+        ahead = range(end, min(len(peaks), end + next(more, 0)))
+        starts = [i * STEP for i in range(step, end)] if with_starts else None
+        ahead_starts = [i * STEP for i in ahead] if with_starts else None
+        for w in timer.push(step * STEP, (end - step) * STEP, peaks[step:end], starts,
+                            ahead=[peaks[i] for i in ahead], ahead_starts=ahead_starts):
+            got.append((w, k, released))
+        hold = timer.hold_from_sample()
+        released = max(released, end * STEP if hold is None else min(end * STEP, hold))
+        step, k = end, k + 1
+    for w in timer.finish():
+        got.append((w, k, released))
+    return got
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=st.lists(st.integers(-1, 3), min_size=1, max_size=80),
+    chunks=st.lists(st.integers(1, 9), min_size=1, max_size=30),
+    aheads=st.lists(st.integers(0, 20), min_size=1, max_size=30),
+    with_starts=st.booleans(),
+)
+def test_decided_steps_ahead_time_the_same_words_sooner_and_never_after_their_audio(steps, chunks, aheads,
+                                                                                     with_starts):
+    peaks, p = [], 0
+    for d in steps:
+        p = max(0, min(22, p + d))
+        peaks.append(p)
+    plain = run_with_ahead(peaks, chunks, [0] * len(chunks), with_starts)
+    ahead = run_with_ahead(peaks, chunks, aheads, with_starts)
+    assert [w for w, _, _ in ahead] == [w for w, _, _ in plain] == [w for w, _ in run(WordTimer(UNITS, HOP, R), peaks,
+                                                                                        [len(peaks) * R])]
+    for (w, k, released), (_, k_plain, _) in zip(ahead, plain):
+        assert k <= k_plain  # never later than from the chunks alone
+        assert released <= w.start_sample or w.start_sample == w.end_sample  # timed before any of its audio went
+
+
+def test_a_word_the_decoder_passed_is_timed_before_the_chunk_that_ends_it():
+    peaks = [0, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17, 19, 20, 21]
+    timer = WordTimer(UNITS, HOP, R)
+    # the first chunk holds steps 0-2; the decoder has decided up to step 11 (the first word ends at step 6)
+    words = timer.push(0, 3 * STEP, peaks[:3], [0, STEP, 2 * STEP], ahead=peaks[3:12],
+                       ahead_starts=[k * STEP for k in range(3, 12)])
+    assert words == [WordTime(0, 2, 1 * STEP, 6 * STEP)]
+    assert timer.hold_from_sample() == 7 * STEP  # the second word started (step 7), its end is not decided yet
+    without = WordTimer(UNITS, HOP, R)
+    assert without.push(0, 3 * STEP, peaks[:3], [0, STEP, 2 * STEP]) == []
+    assert without.hold_from_sample() == 1 * STEP  # from chunks alone, the first word's audio waits
+    # the next chunk repeats the ahead steps as its own; nothing is timed twice
+    assert timer.push(3 * STEP, 5 * STEP, peaks[3:8], [k * STEP for k in range(3, 8)]) == []
+    with pytest.raises(ValueError, match="ahead_starts"):
+        timer.push(8 * STEP, STEP, peaks[8:9], [8 * STEP], ahead=peaks[9:10])
+
+
 def test_bad_geometry_and_gaps_are_refused():
     with pytest.raises(ValueError):
         WordTimer(UNITS, 0, R)
