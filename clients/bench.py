@@ -290,6 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("audio")
     g.add_argument("--pacing", choices=["REALTIME", "ASAP", "realtime", "asap"], default="REALTIME")
     g.add_argument("--lead-ms", type=int, default=None, help="REALTIME lead (server default 60)")
+    g.add_argument("--word-timestamps", action="store_true",
+                   help="ask for word timestamps (the server holds a word's audio until the word is timed)")
     g.add_argument("--encoding", choices=["pcmu", "pcma", "l16", "PCMU", "PCMA", "L16"], default="pcmu")
     g.add_argument("--sample-rate-hz", type=int, default=8000)
     g.add_argument("--frame-ms", type=int, default=20)
@@ -323,7 +325,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         raise BenchError(f"--prebuffer-ms: expected integers, got {args.prebuffer_ms!r}") from None
     try:
         config = session_config(args.voice, args.encoding, args.sample_rate_hz, args.frame_ms, pacing,
-                                lead_ms=args.lead_ms, seed=args.seed)
+                                lead_ms=args.lead_ms, seed=args.seed, word_timestamps=args.word_timestamps)
     except ClientConfigError as exc:
         raise BenchError(str(exc)) from None
     return Settings(config=config, stream_text=args.stream_text, delta_chars=delta_chars,

@@ -137,7 +137,8 @@ async def grpc_levels(server: Server, levels: Sequence[int], duration_s: float, 
     """Every level over gRPC against one server; one row each (summary, CPU, memory, load)."""
     st = settings_from_args(build_parser().parse_args(bench_args))
     items = select_texts(load_texts(None), "mixed")
-    client = VoxpoolClient(server.target)
+    # the run measures the server: no client failover (it would ask for word timestamps, which hold audio)
+    client = VoxpoolClient(server.target, failover=False)
     rows = []
     try:
         await client.wait_ready(ready_timeout_s)
@@ -240,6 +241,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2, help="torch threads of the engine")
     p.add_argument("--no-inprocess", action="store_true", help="skip the in-process paced run")
     p.add_argument("--ready-timeout-s", type=float, default=300.0, help="how long a server may take to start")
+    p.add_argument("--word-timestamps", action="store_true", help="calls ask for word timestamps (off by default)")
     p.add_argument("--server-env", default="", help="extra server environment, e.g. OMP_WAIT_POLICY=PASSIVE,A=B")
     p.add_argument("--json", type=Path, default=Path("bench-results/capacity.json"), help="write the report here")
     return p.parse_args(argv)
@@ -252,6 +254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     extra_env = dict(kv.split("=", 1) for kv in args.server_env.split(",") if kv)
     bench_args = ["--pacing", "REALTIME", "--encoding", "pcmu", "--sample-rate-hz", "8000", "--frame-ms", "20",
                   "--text-class", "mixed", "--turn-timeout-s", str(max(60.0, 4 * args.duration_s))]
+    if args.word_timestamps:
+        bench_args.append("--word-timestamps")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     rows: list[dict[str, Any]] = []
