@@ -371,7 +371,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "num_threads": args.threads, **overrides,
     })
     frontend = MandarinFrontend()
-    voice = load_voice(args.voice, device=args.device, weights=args.weights)
+    # the voice as the config says (an --engine override of device or weights applies to the weights loaded too)
+    voice = load_voice(args.voice, device=config.device, weights=config.weights)
     voices = {args.voice: voice}
     concurrency = [int(x) for x in args.concurrency.split(",") if x]
     backends = [b for b in args.backends.split(",") if b]

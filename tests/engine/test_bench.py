@@ -39,3 +39,24 @@ async def test_tiny_run_of_every_backend() -> None:
     engine_rows = [r for r in rows if r["backend"] == "engine"]
     assert engine_rows[1]["engine"]["decode_batch_max"] >= 2
     assert "TTFA p50" in format_table(rows) and "CPU s/aud s" in format_table(rows)
+
+
+def test_an_engine_override_of_the_weights_loads_those_weights(monkeypatch) -> None:
+    """`--engine '{"weights": ...}'` must reach the voice loaded, not only the config (an A/B of int8 and fp32
+    through the override once compared int8 with int8)."""
+    import models.voices.bundle as bundle
+    from engine import bench
+
+    class Loaded(Exception):
+        pass
+
+    seen = {}
+
+    def fake_load_voice(name, device="cpu", weights=None, **kw):
+        seen.update(name=name, device=device, weights=weights)
+        raise Loaded
+
+    monkeypatch.setattr(bundle, "load_voice", fake_load_voice)
+    with pytest.raises(Loaded):
+        bench.main(["--voice", "baker-zh", "--engine", '{"weights": "fp32"}', "--concurrency", "1"])
+    assert seen == {"name": "baker-zh", "device": "cpu", "weights": "fp32"}
