@@ -356,8 +356,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point."""
     args = parse_args(argv)
+    overrides = json.loads(args.engine) if args.engine else {}
+    device = str(overrides.get("device", args.device))
     if args.weights is None:  # int8 is the CPU fast path; EngineConfig refuses it on CUDA
-        args.weights = "int8" if args.device == "cpu" else "fp32"
+        args.weights = "int8" if device == "cpu" else "fp32"
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from engine.threads import serial_torch
     from models.frontend import MandarinFrontend
@@ -365,7 +367,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     serial_torch()  # the engine thread alone runs parallel torch work (engine/threads.py)
 
-    overrides = json.loads(args.engine) if args.engine else {}
     config = EngineConfig.from_dict({
         "device": args.device, "weights": args.weights, "voices": [args.voice], "max_slots": args.max_slots,
         "num_threads": args.threads, **overrides,

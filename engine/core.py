@@ -39,6 +39,11 @@ from models.time_scale_frames import step_start_sample, steps_started_before
 
 logger = logging.getLogger(__name__)
 
+#: At most this many decided steps go with a chunk as `ahead_positions` (64 steps: 1.6 s of Baker audio, r = 2 and
+#: 12.5 ms frames, longer than a word): the decoder may run seconds ahead of the vocoder, and every chunk would
+#: otherwise repeat all of it (Python per step on the engine thread, and again in every cached chunk).
+MAX_AHEAD_STEPS = 64
+
 
 class StreamSink(Protocol):
     """Where the engine thread delivers a request's events (engine.output.OutputStream implements it)."""
@@ -498,7 +503,7 @@ class EngineCore:
             lo, hi = (min(len(request.peaks), steps_started_before(n, hop, r_frames, rate))
                       for n in (request.samples_emitted, request.samples_emitted + samples.size))
             # the steps decided past this chunk (whole steps of decided frames: a trailing trim cannot remove them)
-            ahead = max(hi, min(len(request.peaks), request.frames_decided // r_frames))
+            ahead = max(hi, min(len(request.peaks), request.frames_decided // r_frames, hi + MAX_AHEAD_STEPS))
             request.sink.publish_chunk(
                 AudioChunk(
                     samples=samples,

@@ -151,6 +151,7 @@ class WordTimer:
         self._unit = 0  # first unit not yet emitted
         self._start_step: int | None = None  # step where that unit started
         self._audio_samples = 0
+        self._last_end = 0  # end sample of the last word emitted
 
     def _sample_of_step(self, step: int) -> int:
         if step < len(self._starts):
@@ -215,12 +216,15 @@ class WordTimer:
                 return
             out.append(WordTime(unit.start_char, unit.end_char, self._sample_of_step(self._start_step),
                                 self._sample_of_step(step)))
+            self._last_end = out[-1].end_sample
             self._unit += 1
             self._start_step = None
 
     def finish(self, total_samples: int | None = None) -> list[WordTime]:
-        """The audio ended (``total_samples`` long, default: what was pushed): the open words end there."""
+        """The audio ended (``total_samples`` long, default: what was pushed): the open words end there (never
+        before a word already timed ahead of the audio ended: a stream cut short keeps the words in order)."""
         end = self._audio_samples if total_samples is None else int(total_samples)
+        end = max(end, self._last_end)
         out: list[WordTime] = []
         while self._unit < len(self.units):
             unit = self.units[self._unit]

@@ -69,6 +69,21 @@ def test_stored_audio_is_a_read_only_copy() -> None:
         seg.chunks[0].samples[0] = 2.0
 
 
+def test_every_array_of_a_chunk_is_stored_read_only_and_counted() -> None:
+    arrays = {"input_positions": np.array([0, 1]), "step_start_samples": np.array([0, 20]),
+              "ahead_positions": np.array([2, 3, 3]), "ahead_step_start_samples": np.array([50, 70, 90])}
+    chunk = AudioChunk(np.ones(50, np.float32), 0, first=True, sample_rate_hz=8000, **arrays)
+    seg = CachedSegment.record([chunk], 8000, 1)
+    for name, array in arrays.items():
+        kept = getattr(seg.chunks[0], name)
+        array += 100  # the producer's arrays may change later
+        assert kept.tolist() == (array - 100).tolist()
+        with pytest.raises(ValueError):
+            kept[0] = 9
+    bare = CachedSegment.record([AudioChunk(np.ones(50, np.float32), 0, np.array([0, 1]), True, 8000)], 8000, 1)
+    assert seg.nbytes - bare.nbytes == sum(a.nbytes for n, a in arrays.items() if n != "input_positions")
+
+
 def test_lru_eviction_keeps_recently_used_and_never_exceeds_bound() -> None:
     one = segment(1000)
     size = one.nbytes + key(ids=(1,)).nbytes

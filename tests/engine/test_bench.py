@@ -60,3 +60,7 @@ def test_an_engine_override_of_the_weights_loads_those_weights(monkeypatch) -> N
     with pytest.raises(Loaded):
         bench.main(["--voice", "baker-zh", "--engine", '{"weights": "fp32"}', "--concurrency", "1"])
     assert seen == {"name": "baker-zh", "device": "cpu", "weights": "fp32"}
+    seen.clear()  # a device override picks that device's default weights (int8 is refused on CUDA)
+    with pytest.raises(Loaded):
+        bench.main(["--voice", "baker-zh", "--engine", '{"device": "cuda", "cuda_graphs": false}', "--concurrency", "1"])
+    assert seen == {"name": "baker-zh", "device": "cuda", "weights": "fp32"}

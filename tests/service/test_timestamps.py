@@ -202,6 +202,40 @@ def test_a_word_the_decoder_passed_is_timed_before_the_chunk_that_ends_it():
         timer.push(8 * STEP, STEP, peaks[8:9], [8 * STEP], ahead=peaks[9:10])
 
 
+def test_segment_words_release_more_audio_with_the_steps_decided_ahead():
+    """The call path's SegmentWords, fed AudioChunk fields with and without `ahead_positions`: the same words, no
+    word after its first released sample, and with the decided steps the audio is held less."""
+    from service.call.words import SegmentWords
+
+    text = "您好，请拨打13501234567查询账单，感谢您的耐心等待。"
+    r = frontend(text)
+    steps = np.repeat(np.arange(len(r.ids)), 3)  # three steps per id: an alignment walking through the text
+    chunk_steps, ahead_steps = 8, 15  # the decoder ~15 steps (31 frames) ahead of the audio, as on the Baker voice
+
+    def feed(with_ahead: bool):
+        sw = SegmentWords(text, r.phones, r.id_source, 0, STEP)
+        released, words, held_after = 0, [], []
+        for first in range(0, len(steps), chunk_steps):
+            end = min(len(steps), first + chunk_steps)
+            ahead = range(end, min(len(steps), end + ahead_steps)) if with_ahead else range(0)
+            out, timed = sw.push(first * STEP, np.zeros((end - first) * STEP, np.float32), steps[first:end],
+                                 np.arange(first, end) * STEP, steps[ahead.start:ahead.stop],
+                                 np.arange(ahead.start, ahead.stop) * STEP)
+            for w in timed:
+                assert w.start_sample >= released or w.start_sample == w.end_sample
+            words += timed
+            released += len(out)
+            held_after.append(end * STEP - released)
+        out, timed = sw.finish()
+        return words + timed, held_after
+
+    words_plain, held_plain = feed(False)
+    words_ahead, held_ahead = feed(True)
+    assert words_ahead == words_plain and len(words_plain) >= 5
+    assert all(a <= p for a, p in zip(held_ahead, held_plain))
+    assert sum(held_ahead) < sum(held_plain) / 2  # the hold shrinks (it is not only the last word's)
+
+
 def test_bad_geometry_and_gaps_are_refused():
     with pytest.raises(ValueError):
         WordTimer(UNITS, 0, R)
