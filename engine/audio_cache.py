@@ -14,7 +14,7 @@ import numpy as np
 from engine.request import AudioChunk, SynthesisRequest
 
 # SynthesisOptions fields that change scheduling only, never the audio: left out of the key.
-SCHEDULING_ONLY_OPTIONS = frozenset({"streaming", "deadline_margin_ms"})
+SCHEDULING_ONLY_OPTIONS = frozenset({"streaming", "deadline_margin_ms", "follows", "gap_ms"})
 # Accounting overhead per chunk and per entry (Python objects around the arrays), in bytes.
 CHUNK_OVERHEAD_BYTES = 256
 ENTRY_OVERHEAD_BYTES = 512

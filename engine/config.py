@@ -51,6 +51,7 @@ class EngineConfig:
     # --- streaming-aware scheduling (engine/scheduler.py)
     urgency_margin_ms: float = 200.0  # urgent when buffered audio < next chunk + this margin
     max_ramping_streams: int = 6  # first chunks wait while this many streams have sent < 3 chunks (0 = no limit)
+    max_lead_ms: float = 4000.0  # a streaming row whose decided mel is this far ahead of its call's playback waits
     max_vocode_wait_ms: float = 150.0  # a non-urgent ready chunk waits at most this long for a bigger batch
     min_vocode_batch: int = 4  # non-urgent chunks alone are vocoded once this many are ready (or the wait expires)
 
@@ -118,6 +119,9 @@ class EngineConfig:
                 raise ValueError(f"engine.{name}={getattr(self, name)}: must be >= 0")
         if self.decode_pace <= 0:
             raise ValueError(f"engine.decode_pace={self.decode_pace}: must be > 0 (2 = mel twice as fast as playback)")
+        if self.max_lead_ms < 1000.0:
+            raise ValueError(f"engine.max_lead_ms={self.max_lead_ms}: must be >= 1000 (a full chunk and its "
+                             "look-ahead must fit under it)")
         for name in ("urgency_margin_ms", "max_vocode_wait_ms", "max_unread_audio_ms", "stalled_consumer_timeout_ms",
                      "starving_buffer_ms"):
             if getattr(self, name) < 0:

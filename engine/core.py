@@ -44,6 +44,9 @@ logger = logging.getLogger(__name__)
 #: otherwise repeat all of it (Python per step on the engine thread, and again in every cached chunk).
 MAX_AHEAD_STEPS = 64
 
+#: SynthesisOptions.gap_ms above this is refused (the longest SSML break the edge sends is 10 s).
+MAX_GAP_MS = 60_000.0
+
 
 class StreamSink(Protocol):
     """Where the engine thread delivers a request's events (engine.output.OutputStream implements it)."""
@@ -119,6 +122,11 @@ def validate_request(spec: SynthesisRequest, runner: ModuleRunner) -> None:
     if not 0.0 <= margin <= MAX_DEADLINE_MARGIN_MS:
         raise InvalidRequest(f"options.deadline_margin_ms={margin}: must be within 0-{MAX_DEADLINE_MARGIN_MS:.0f}",
                              request_id=rid)
+    gap = spec.options.gap_ms
+    if not 0.0 <= gap <= MAX_GAP_MS:
+        raise InvalidRequest(f"options.gap_ms={gap}: must be within 0-{MAX_GAP_MS:.0f}", request_id=rid)
+    if spec.options.follows == rid:
+        raise InvalidRequest("options.follows names the request itself", request_id=rid)
 
 
 class EngineCore:
@@ -154,6 +162,10 @@ class EngineCore:
         self._inbox: collections.deque[Request] = collections.deque()
         self._cancels: collections.deque[str] = collections.deque()
         self._live: dict[str, Request] = {}  # guarded by _cond: THE registry of live requests (submitted, not ended)
+        # guarded by _cond: when the audio of recently ended requests ends playing (engine clock; None: it never
+        # played), for a request submitted after the one it follows ended; oldest dropped first
+        self._play_ends: collections.OrderedDict[str, float | None] = collections.OrderedDict()
+        self._play_ends_cap = 4 * (config.max_slots + config.max_waiting)
         self._state = _State.NEW
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
@@ -227,11 +239,24 @@ class EngineCore:
             if spec.request_id in self._live:
                 raise InvalidRequest(f"duplicate request_id {spec.request_id!r}", request_id=spec.request_id)
             self.gate.acquire(spec.request_id)
+            self._link_locked(request)
             self._live[spec.request_id] = request
             self._inbox.append(request)
             self._counters.requests_submitted += 1
             self._cond.notify()
         return request
+
+    def _link_locked(self, request: Request) -> None:
+        """Put a request that follows another on that call's playback clock (under _cond). An unknown predecessor
+        (never submitted here, e.g. served from the audio cache, or ended too long ago) leaves it a chain head."""
+        follows = request.spec.options.follows
+        if not follows:
+            return
+        before = self._live.get(follows)
+        if before is not None:
+            request.after = before
+        elif follows in self._play_ends and self._play_ends[follows] is not None:
+            request.after_end_s = self._play_ends[follows]
 
     def cancel(self, request_id: str) -> bool:
         """Ask the engine to drop a request; noticed at the next iteration boundary. False if unknown/ended."""
@@ -560,8 +585,16 @@ class EngineCore:
             self.runners[request.voice].release(slot)
         request.timings.finished_s = now_s()
         request.failed = error
+        request.play_end_s = self.scheduler.play_end_s(request)
         with self._cond:
             self._live.pop(request.request_id, None)
+            self._play_ends[request.request_id] = request.play_end_s
+            while len(self._play_ends) > self._play_ends_cap:
+                self._play_ends.popitem(last=False)
+            for other in self._live.values():  # its followers keep the time, not the request (chains stay short)
+                if other.after is request:
+                    other.after, other.after_end_s = None, request.play_end_s
+        request.after = None
         self.gate.release()
         c = self._counters
         if reason is FinishReason.COMPLETED:

@@ -31,6 +31,11 @@ class SynthesisOptions:
     # The consumer needs each sample this long before its play time (the edge's pacer keeps a gateway-side lead
     # and sends silence when a frame is not queued by then): the scheduler counts the buffered audio this much lower.
     deadline_margin_ms: float = 0.0
+    # The request whose audio this one's consumer plays right before it (the previous segment of the same call),
+    # and the silence played between them (SSML breaks): the scheduler then counts this request's deadlines on
+    # that call's playback clock instead of restarting it at this request's first chunk. "" = none (a fresh start).
+    follows: str = ""
+    gap_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -186,11 +191,21 @@ class Request:
     paused_since_s: float | None = None  # when the consumer's unread audio went over the bound
     cancelled: bool = False
     failed: BaseException | None = None
+    # The playback clock (engine/scheduler.py `play_start_s`): the live request this one plays after, or, once that
+    # one ended, when its audio ends playing (engine clock); both None for a chain head.
+    after: "Request | None" = None
+    after_end_s: float | None = None
+    play_end_s: float | None = None  # set when this request ends: when its last sample plays (None: never played)
 
     @property
     def request_id(self) -> str:
         """The caller's id."""
         return self.spec.request_id
+
+    @property
+    def follows_audio(self) -> bool:
+        """True when this request's audio plays after another's (its deadlines are on that call's clock)."""
+        return self.after is not None or self.after_end_s is not None
 
     @property
     def emitted_any(self) -> bool:

@@ -115,6 +115,7 @@ class Plan:
     stalled: list[Request] = field(default_factory=list)
     urgent: int = 0
     skipped_decode: int = 0
+    lead_full: int = 0  # decoding rows that waited: their mel is max_lead_ms ahead of playback
     paused: int = 0
     wake_at_s: float | None = None
     paused_since: list[tuple[Request, float | None]] = field(default_factory=list)  # new Request.paused_since_s
@@ -194,34 +195,90 @@ class Scheduler:
 
     # --- per-request predicates
 
+    def play_start_s(self, request: Request, now: float) -> float | None:
+        """When the request's first sample plays, on the engine clock, as far as known now (a lower bound).
+
+        A chain head (it follows no other request) starts playing with its first chunk: None before that. A
+        request that follows another plays after that one's last sample plus the gap between them: while the other
+        still runs, its audio is counted as far as it is decided (the final length is not known before the
+        decoder stops) and its own start, if unknown, as `now`.
+        """
+        if request.after_end_s is not None:
+            return request.after_end_s + request.spec.options.gap_ms / 1000.0
+        before = request.after
+        if before is None:
+            return request.timings.first_audio_s
+        start = self.play_start_s(before, now)
+        return (now if start is None else start) + self.audio_bound_s(before) + request.spec.options.gap_ms / 1000.0
+
+    def audio_bound_s(self, request: Request) -> float:
+        """Seconds of audio the request will have delivered in all, as far as known (exact once it ended)."""
+        vt = self.timings[request.voice]
+        if request.status is Status.DONE:
+            return request.samples_emitted / float(vt.sample_rate_hz)
+        frames = request.end_frame if request.end_frame is not None else request.frames_decided
+        return max(request.samples_emitted / float(vt.sample_rate_hz),
+                   output_frames(frames, request.spec.speaking_rate) * vt.frame_s)
+
+    def play_end_s(self, request: Request) -> float | None:
+        """When an ending request's last delivered sample plays (None when it never delivered audio)."""
+        if not request.samples_emitted:
+            return None
+        start = self.play_start_s(request, request.timings.first_audio_s or 0.0)
+        if start is None:
+            return None
+        return start + request.samples_emitted / float(self.timings[request.voice].sample_rate_hz)
+
     def buffer_s(self, request: Request, now: float) -> float:
-        """Client-side audio buffer: audio sent minus time since the first chunk, less the consumer's deadline
-        margin (0 before any audio)."""
-        first = request.timings.first_audio_s
-        if first is None:
+        """Audio queued ahead of the consumer's playback: where the request's delivered audio ends on the call's
+        playback clock minus now, less the consumer's deadline margin (0 for a chain head before its first chunk)."""
+        start = self.play_start_s(request, now)
+        if start is None:
             return 0.0
         sent_s = request.samples_emitted / float(self.timings[request.voice].sample_rate_hz)
-        return sent_s - (now - first) - request.spec.options.deadline_margin_ms / 1000.0
+        return start + sent_s - now - request.spec.options.deadline_margin_ms / 1000.0
+
+    def decoded_lead_s(self, request: Request, now: float) -> float | None:
+        """How far the request's decided mel runs ahead of playback (None for a chain head before its first chunk)."""
+        start = self.play_start_s(request, now)
+        if start is None:
+            return None
+        vt = self.timings[request.voice]
+        return start + output_frames(request.frames_decided, request.spec.speaking_rate) * vt.frame_s - now
+
+    def is_fresh(self, request: Request) -> bool:
+        """A chain head that has sent no audio yet: nothing of its call is queued, the caller waits for it."""
+        return not request.follows_audio and not request.emitted_any
+
+    def _threshold_s(self, request: Request) -> float:
+        vt = self.timings[request.voice]
+        frames = request.chunk_frames if request.emitted_any else request.first_chunk_frames
+        return frames * vt.frame_s + self.config.urgency_margin_ms / 1000.0
 
     def is_urgent(self, request: Request, now: float) -> bool:
-        """Urgent: no audio yet, or buffer < next chunk + margin (streaming requests only)."""
+        """Urgent: a fresh start, or queued audio < next chunk + margin (streaming requests only)."""
         if not request.spec.options.streaming:
             return False
-        if not request.emitted_any:
+        if self.is_fresh(request):
             return True
-        vt = self.timings[request.voice]
-        threshold = request.chunk_frames * vt.frame_s + self.config.urgency_margin_ms / 1000.0
-        return self.buffer_s(request, now) < threshold
+        return self.buffer_s(request, now) < self._threshold_s(request)
 
-    def urgent_at(self, request: Request) -> float | None:
-        """The time at which a request that already sent audio becomes urgent."""
-        first = request.timings.first_audio_s
-        if first is None or not request.spec.options.streaming:
+    def urgent_at(self, request: Request, now: float) -> float | None:
+        """The time at which a request with a playback clock becomes urgent (as far as known now)."""
+        if not request.spec.options.streaming:
+            return None
+        start = self.play_start_s(request, now)
+        if start is None:
             return None
         vt = self.timings[request.voice]
         sent_s = request.samples_emitted / float(vt.sample_rate_hz)
-        threshold = request.chunk_frames * vt.frame_s + self.config.urgency_margin_ms / 1000.0
-        return first + sent_s - request.spec.options.deadline_margin_ms / 1000.0 - threshold
+        return start + sent_s - request.spec.options.deadline_margin_ms / 1000.0 - self._threshold_s(request)
+
+    def is_young(self, request: Request) -> bool:
+        """A chain head that sent fewer than RAMP_CHUNKS chunks: its call's queue is thin (decoder at twice the
+        pace, starts staggered). A request that follows another has that one's audio queued ahead of it."""
+        return (request.spec.options.streaming and not request.follows_audio
+                and request.timings.chunks < RAMP_CHUNKS)
 
     def chunk_sizes(self, request: Request) -> tuple[int, ...]:
         """Sizes a later chunk of this running stream may take (EngineConfig.chunk_sizes)."""
@@ -324,19 +381,30 @@ class Scheduler:
             plan.encode.setdefault(request.voice, []).append(request)
 
         decodable = [r for r in runnable if r.status is Status.DECODING]
-        if len(decodable) > cfg.decode_batch_cap:
+        lead_cap_s = cfg.max_lead_ms / 1000.0
+        ahead = [r for r in decodable if self._lead_full(r, now, lead_cap_s)]
+        if ahead:  # far enough ahead of playback: wait (bounds the work a barge-in throws away)
+            decodable = [r for r in decodable if not self._lead_full(r, now, lead_cap_s)]
+            plan.lead_full = len(ahead)
+            plan.wake_at_s = min(filter(None, (plan.wake_at_s, now + PAUSED_RECHECK_S)))
+        if len(decodable) > cfg.decode_batch_cap:  # earliest deadline first
             decodable.sort(key=lambda r: (id(r) not in urgent, self.buffer_s(r, now)))
             plan.skipped_decode = len(decodable) - cfg.decode_batch_cap
             decodable = decodable[: cfg.decode_batch_cap]
         for request in sorted(decodable, key=lambda r: r.slot):
             plan.decode.setdefault(request.voice, []).append(request)
         for voice in {*plan.decode, *plan.encode}:
-            ramping = bool(plan.encode.get(voice)) or any(
-                r.timings.chunks < RAMP_CHUNKS and r.spec.options.streaming for r in plan.decode.get(voice, ())
-            )
+            ramping = any(self.is_young(r) for r in (*plan.encode.get(voice, ()), *plan.decode.get(voice, ())))
             fastest = max((r.spec.speaking_rate for r in plan.decode.get(voice, ())), default=1.0)
             plan.decode_steps[voice] = self.decode_steps(voice, now, ramping, fastest)
         return plan
+
+    def _lead_full(self, request: Request, now: float, cap_s: float) -> bool:
+        """A streaming request whose decided mel is `cap_s` or more ahead of its call's playback."""
+        if not request.spec.options.streaming:
+            return False
+        lead = self.decoded_lead_s(request, now)
+        return lead is not None and lead >= cap_s
 
     def pick_chunks(self, pool: RequestPool, now: float, decoder_busy: bool) -> ChunkPlan:
         """Pick the chunks to vocode now: urgent ones always; others only when efficient, and then lazily.
@@ -350,14 +418,15 @@ class Scheduler:
         filler_jobs: list[ChunkJob] = []  # not urgent, smaller: only when the decoder is idle (nothing else to do)
         wake: list[float] = []
         ready_since: dict[int, float | None] = {}  # id(request) → when its efficient chunk became ready
-        for request in self._runnable(pool, now, None):
+        runnable = self._runnable(pool, now, None)
+        for request in runnable:
             job = self.ready_chunk(request, now)
             since: float | None = None
             if job is not None and self.is_urgent(request, now):
                 urgent_jobs.append(job)
                 since = request.ready_since_s
             elif job is not None:
-                at = self.urgent_at(request)
+                at = self.urgent_at(request, now)
                 if at is not None:
                     wake.append(at)
                 if self.efficient(job) or not request.spec.options.streaming:
@@ -371,13 +440,14 @@ class Scheduler:
         if not (urgent_jobs or efficient_jobs or (filler_jobs and not decoder_busy)):
             out.wake_at_s = min(wake) if wake else None
             return out
-        urgent_jobs.sort(key=lambda j: (j.request.emitted_any, self.buffer_s(j.request, now), j.request.timings.submitted_s))
-        if cfg.max_ramping_streams:  # stagger starts: a stream starts only when few others are still ramping up
-            ramping = sum(
-                1 for r in pool.active() if r.emitted_any and r.timings.chunks < RAMP_CHUNKS and r.end_frame is None
-            )
+        urgent_jobs.sort(key=lambda j: (not self.is_fresh(j.request), self.buffer_s(j.request, now),
+                                        j.request.timings.submitted_s))
+        firsts = [j for j in urgent_jobs if self.is_fresh(j.request)]
+        # stagger starts, but only when starting them all could make a running call late: one is urgent already
+        at_risk = any(not self.is_fresh(r) and self.is_urgent(r, now) for r in runnable)
+        if cfg.max_ramping_streams and firsts and at_risk:
+            ramping = sum(1 for r in pool.active() if r.emitted_any and self.is_young(r) and r.end_frame is None)
             room = max(0, cfg.max_ramping_streams - ramping)
-            firsts = [j for j in urgent_jobs if not j.request.emitted_any]
             held = {id(j) for j in firsts[room:] if now - j.request.timings.submitted_s < MAX_START_HOLD_S}
             if held:
                 out.held = [j for j in firsts if id(j) in held]

@@ -370,3 +370,34 @@ async def test_waiting_requests_get_slots_as_others_finish() -> None:
     assert max(len(slots) for m, slots in runner.calls if m == "decode") == 3
     assert sorted(set(runner.released)) == [0, 1, 2]
     await engine.stop()
+
+
+async def test_a_request_that_follows_another_is_put_on_that_calls_playback_clock() -> None:
+    """`follows` links a segment to the one before it while that one lives; once it ended, its play end is kept;
+    an unknown id leaves a chain head. Both segments' audio is exact, and the link never changes the audio."""
+    engine, runner = make()
+    await engine.start()
+    core = engine.backend
+    with runner.lock:  # the engine thread waits in its first module call: both stay live
+        first = engine.submit(SynthesisRequest("c/1", [3] * 6, seed=1))
+        second = engine.submit(SynthesisRequest("c/2", [3] * 4, seed=2, options=SynthesisOptions(follows="c/1",
+                                                                                              gap_ms=250.0)))
+        linked = core._live["c/2"]
+        assert linked.after is core._live["c/1"] and linked.follows_audio
+    (a1, _, f1), (a2, _, f2) = await asyncio.gather(first.collect(), second.collect())
+    assert f1.reason is f2.reason is FinishReason.COMPLETED
+    np.testing.assert_array_equal(a2, expected_audio(2, runner.frames_per_id * 4))
+    play_end = core._play_ends["c/1"]
+    assert play_end == pytest.approx(f1.timings.first_audio_s + len(a1) / runner.timing.sample_rate_hz)
+    third = engine.submit(SynthesisRequest("c/3", [3] * 2, seed=3, options=SynthesisOptions(follows="c/1")))
+    request = core._live.get("c/3")
+    if request is not None:  # may have finished already: then its final event is checked below
+        assert request.after is None and request.after_end_s == pytest.approx(play_end)
+    lone = engine.submit(SynthesisRequest("c/4", [3] * 2, seed=4, options=SynthesisOptions(follows="nobody")))
+    assert all(final.reason is FinishReason.COMPLETED for _, _, final in
+               await asyncio.gather(third.collect(), lone.collect()))
+    with pytest.raises(InvalidRequest, match="gap_ms"):
+        engine.submit(SynthesisRequest("c/5", [3], options=SynthesisOptions(gap_ms=-1.0)))
+    with pytest.raises(InvalidRequest, match="itself"):
+        engine.submit(SynthesisRequest("c/6", [3], options=SynthesisOptions(follows="c/6")))
+    await engine.stop()

@@ -59,7 +59,7 @@ def test_no_audio_yet_is_urgent_then_buffer_rule() -> None:
     assert not sched.is_urgent(r, now=11.0)  # 1.0 s buffered
     assert not sched.is_urgent(r, now=11.65)  # 0.35 s buffered
     assert sched.is_urgent(r, now=11.67)  # 0.33 s buffered
-    assert sched.urgent_at(r) == pytest.approx(10.0 + 2.0 - 0.34)
+    assert sched.urgent_at(r, now=11.0) == pytest.approx(10.0 + 2.0 - 0.34)
     assert not sched.is_urgent(req("batch", streaming=False), now=0.0)
 
 
@@ -225,7 +225,7 @@ def test_small_non_urgent_chunks_wait_until_urgent_or_idle() -> None:
     r.timings.first_audio_s = now
     decoding(busy, decoded=5)
     plan = sched.pick_chunks(pool, now, decoder_busy=True)
-    assert plan.empty and plan.wake_at_s == pytest.approx(sched.urgent_at(r))  # waits: later it will be bigger
+    assert plan.empty and plan.wake_at_s == pytest.approx(sched.urgent_at(r, now))  # waits: later it will be bigger
     plan = sched.pick_chunks(pool, now + 2.9, decoder_busy=True)  # 0.1 s left < 0.24 s chunk: urgent
     assert [j.num_frames for j in plan.vocode["v"]] == [24]
     plan = sched.pick_chunks(pool, now, decoder_busy=False)  # nothing else to do: send it now
@@ -399,9 +399,9 @@ def test_deadline_margin_counts_the_buffer_lower() -> None:
     for r in (plain, margin):
         r.status, r.frames_emitted, r.samples_emitted, r.timings.first_audio_s = Status.DECODING, 20, 2000, 10.0
     assert sched.buffer_s(plain, 11.0) - sched.buffer_s(margin, 11.0) == pytest.approx(0.07)
-    assert sched.urgent_at(plain) - sched.urgent_at(margin) == pytest.approx(0.07)
+    assert sched.urgent_at(plain, 11.0) - sched.urgent_at(margin, 11.0) == pytest.approx(0.07)
     for r in (plain, margin):
-        at = sched.urgent_at(r)
+        at = sched.urgent_at(r, 11.0)
         assert not sched.is_urgent(r, at - 1e-6) and sched.is_urgent(r, at + 1e-6)
     assert not sched.starving(plain, 11.8) and sched.starving(margin, 11.8)  # 0.2 s vs 0.13 s buffered
 
@@ -414,3 +414,86 @@ def test_short_chunk_sizes_and_their_validation() -> None:
     for bad in (dict(min_chunk_frames=-1), dict(starving_buffer_ms=-1.0)):
         with pytest.raises(ValueError, match=next(iter(bad))):
             EngineConfig(voices=("v",), **bad)
+
+
+def follower(rid: str, before: Request, gap_ms: float = 0.0) -> Request:
+    spec = SynthesisRequest(rid, [1, 2], options=SynthesisOptions(follows=before.request_id, gap_ms=gap_ms))
+    r = Request(spec=spec, voice="v", sink=Sink(), timings=RequestTimings(submitted_s=0.0), first_chunk_frames=16,
+                chunk_frames=24)
+    r.after = before
+    return r
+
+
+def test_a_follower_counts_its_deadlines_on_the_calls_playback_clock() -> None:
+    """Segment n+1 plays after segment n's last sample (plus the SSML gap): while n decodes, its decided audio is
+    the lower bound; once n ended, its delivered audio is exact."""
+    sched, pool, (head,) = setup(1)
+    decoding(head, decoded=200, decided=180, emitted=40)  # 1.8 s decided (10 ms frames)
+    head.samples_emitted, head.timings.first_audio_s = 400, 10.0  # 0.4 s sent, playing since t=10
+    nxt = follower("n", head, gap_ms=300.0)
+    assert sched.play_start_s(nxt, 10.1) == pytest.approx(10.0 + 1.8 + 0.3)
+    assert sched.buffer_s(nxt, 10.1) == pytest.approx(2.0)  # nothing of its own sent yet: 2 s of the call queued
+    head.end_frame = 190  # the decoder stopped: the final length is known
+    assert sched.play_start_s(nxt, 10.1) == pytest.approx(10.0 + 1.9 + 0.3)
+    head.status, head.samples_emitted = Status.DONE, 1900
+    assert sched.play_end_s(head) == pytest.approx(11.9)
+    # a predecessor not started yet counts from now: the follower waits behind all of its decided audio
+    fresh = req("f")
+    decoding(fresh, decoded=50)
+    late = follower("l", fresh)
+    assert sched.play_start_s(late, 3.0) == pytest.approx(3.0 + 0.5)
+
+
+def test_a_follower_with_audio_queued_ahead_is_neither_urgent_nor_young_nor_held() -> None:
+    sched, pool, rs = setup(2, urgency_margin_ms=100.0, max_ramping_streams=1, min_vocode_batch=8,
+                            max_vocode_wait_ms=1000.0, max_vocode_frames_per_iteration=1000)
+    head, other = rs
+    decoding(head, decoded=300, emitted=100)
+    head.samples_emitted, head.timings.first_audio_s, head.timings.chunks = 1000, 10.0, 1  # 1 s sent
+    nxt = follower("n", head)
+    pool.enqueue(nxt)
+    pool.admit()
+    decoding(nxt, decoded=16 + 7)  # its first chunk could go
+    assert not sched.is_fresh(nxt) and not sched.is_young(nxt)
+    assert not sched.is_urgent(nxt, 10.2)  # 3 s of the call queued ahead of it
+    plan = sched.pick_chunks(pool, 10.2, decoder_busy=True)
+    assert all(j.request is not nxt for js in plan.vocode.values() for j in js)  # not needed yet: it grows
+    # its first chunk grows with the mel decoded meanwhile, up to a full chunk (efficient), then goes
+    decoding(nxt, decoded=96 + 4 + 3)
+    assert sched.ready_chunk(nxt, 10.2).end_frame == 96 + 4
+    plan = sched.pick_chunks(pool, 10.2, decoder_busy=False)
+    assert any(j.request is nxt for j in plan.vocode["v"])
+    # as the call's queued audio runs out it becomes urgent like any running stream
+    assert sched.is_urgent(nxt, 10.0 + 3.0 - 0.2)
+
+
+def test_rows_far_ahead_of_playback_wait_and_fresh_rows_always_decode() -> None:
+    sched, pool, rs = setup(3, max_lead_ms=2000.0)
+    ahead, behind, fresh = rs
+    for r in (ahead, behind):
+        r.timings.first_audio_s = 10.0
+        r.samples_emitted = 500
+    decoding(ahead, decoded=260, emitted=50)  # 2.6 s decided: 2.5 s ahead of playback at t=10.1
+    decoding(behind, decoded=100, emitted=50)  # 1.0 s decided: 0.9 s ahead
+    decoding(fresh, decoded=0)
+    plan = sched.plan(pool, 10.1)
+    assert {r.request_id for r in plan.decode["v"]} == {behind.request_id, fresh.request_id}
+    assert plan.lead_full == 1 and plan.wake_at_s is not None  # re-checked as playback moves on
+    plan = sched.plan(pool, 10.7)  # 1.9 s ahead now: under the cap, decodes again
+    assert ahead in plan.decode["v"]
+    with pytest.raises(ValueError, match="max_lead_ms"):
+        EngineConfig(voices=("v",), max_lead_ms=500.0)
+
+
+def test_starts_go_at_once_while_no_running_call_is_at_risk() -> None:
+    sched, pool, rs = setup(4, max_ramping_streams=1, max_vocode_frames_per_iteration=1000, urgency_margin_ms=0.0)
+    now = 0.5
+    running, *new = rs
+    decoding(running, decoded=200, emitted=100)
+    running.samples_emitted, running.timings.first_audio_s, running.timings.chunks = 1000, now, 1  # 1 s queued
+    for r in new:
+        decoding(r, decoded=16 + 7)
+    plan = sched.pick_chunks(pool, now, decoder_busy=True)
+    assert {j.request.request_id for j in plan.vocode["v"] if j.start_frame == 0} == {"r1", "r2", "r3"}
+    plan = sched.pick_chunks(pool, now + 0.9, decoder_busy=True)  # the running call is urgent now: starts wait
+    assert not [j for j in plan.vocode["v"] if j.start_frame == 0] and len(plan.held) == 3
