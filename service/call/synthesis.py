@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -78,16 +79,14 @@ class Synthesis:
             return seg.speaking_rate
         return self.s.speaking_rate if turn.speaking_rate is None else turn.speaking_rate
 
-    async def segment(self, turn: Turn, seg: Segment) -> AsyncIterator[tuple[np.ndarray, int, list[WordTime]]]:
-        """(samples float32 [N] at the voice's rate, turn text position they reach, words timed) per chunk, in order.
+    async def prepare(self, turn: Turn, seg: Segment, follows: str = "", gap_ms: float = 0.0) -> "Prepared | None":
+        """Run the frontend (off the loop) and submit the segment to the engine; its audio is read with `stream`.
 
-        The text position is the heard-text rule (AlignmentCursor). With word timestamps on, the words come with
-        turn-text spans and sample times from the segment's start, and audio that may hold a word not timed
-        yet is held back until it is (SegmentWords), so a word never comes after its first audio.
-
-        Nothing when the frontend finds nothing to say (a warning is sent) or the turn ended meanwhile. Raises
-        TurnFailed (turn-scoped) or the call-ending ServiceError. Use under contextlib.aclosing: closing it
-        cancels the engine request.
+        `follows`: the engine request whose audio the caller hears right before this segment's (the turn's
+        previous segment, or the call's previous turn while its audio is still queued), `gap_ms` the silence played
+        between them (SSML breaks): the engine then schedules this segment on the call's playback clock, so it can
+        be submitted while its predecessor still plays. None when the frontend finds nothing to say (a warning is
+        sent) or the turn ended meanwhile. Raises TurnFailed (turn-scoped) or the call-ending ServiceError.
         """
         loop = asyncio.get_running_loop()
         seg_tel = self.tel.segment_started(turn, seg)  # telemetry
@@ -101,18 +100,21 @@ class Synthesis:
         except FrontendError as exc:
             seg_tel.end("skipped")  # telemetry
             await self.outbox.warn("segment_skipped", f"nothing to say in {seg.text!r}: {exc}", turn.turn_id)
-            return
+            return None
         seg_tel.frontend_done(len(result.ids))  # telemetry
         for w in result.warnings:
             await self.outbox.warn("normalization", w, turn.turn_id)
-        if not turn.active:  # cleared (barge-in) while the frontend ran: none of it may be synthesized or sent
+        if not turn.active or turn.ssml_error is not None:  # cleared or refused while the frontend ran
             seg_tel.end("cancelled")  # telemetry
-            return
+            return None
         self._segments += 1
+        options = self._options
+        if follows:
+            options = dataclasses.replace(options, follows=follows, gap_ms=float(gap_ms))
         try:
             request = SynthesisRequest(
                 request_id=f"{self.session_id}/{turn.turn_id}/{self._segments}",
-                ids=tuple(result.ids), voice=self.s.voice.name, seed=self.s.seed, options=self._options,
+                ids=tuple(result.ids), voice=self.s.voice.name, seed=self.s.seed, options=options,
                 speaking_rate=self.speaking_rate(turn, seg),  # the engine checks its range too (InvalidRequest)
             )
             stream = self.deps.engine.submit(request)
@@ -121,6 +123,19 @@ class Synthesis:
             raise in_call(exc, repr(seg.text)) from None
         turn.streams.add(stream)
         seg_tel.submitted(request.request_id)  # telemetry
+        return Prepared(seg, request.request_id, result, stream, seg_tel)
+
+    async def stream(self, turn: Turn, prepared: "Prepared") -> AsyncIterator[tuple[np.ndarray, int, list[WordTime]]]:
+        """(samples float32 [N] at the voice's rate, turn text position they reach, words timed) per chunk, in order.
+
+        The text position is the heard-text rule (AlignmentCursor). With word timestamps on, the words come with
+        turn-text spans and sample times from the segment's start, and audio that may hold a word not timed
+        yet is held back until it is (SegmentWords), so a word never comes after its first audio.
+
+        Raises TurnFailed (turn-scoped) or the call-ending ServiceError. Use under contextlib.aclosing: closing it
+        cancels the engine request.
+        """
+        seg, result, stream, seg_tel = prepared.segment, prepared.frontend, prepared.stream, prepared.telemetry
         first_arrival_s: float | None = None
         received_s = 0.0
         cursor = AlignmentCursor(result.id_source)
@@ -155,6 +170,25 @@ class Synthesis:
             log.warning("call %s turn %s: segment failed: %r", self.session_id, turn.turn_id, exc)
             raise in_call(exc, repr(seg.text)) from None
         finally:
-            turn.streams.discard(stream)
-            stream.close()
-            seg_tel.end()  # telemetry
+            prepared.close(turn)
+
+
+@dataclass(eq=False)
+class Prepared:
+    """A segment through the frontend and submitted to the engine: its audio is read with Synthesis.stream."""
+
+    segment: Segment
+    request_id: str
+    frontend: Any  # models.frontend.pipeline.FrontendResult
+    stream: Any  # engine.output.OutputStream
+    telemetry: Any
+    closed: bool = False
+
+    def close(self, turn: Turn) -> None:
+        """Cancel the engine request if it still runs (idempotent)."""
+        if self.closed:
+            return
+        self.closed = True
+        turn.streams.discard(self.stream)
+        self.stream.close()
+        self.telemetry.end()  # telemetry
