@@ -51,7 +51,8 @@ class StreamSpecError(ValueError):
 
 @dataclass(frozen=True)
 class VocoderStreamSpec:
-    """What the engine needs to cut windows and join chunks for one vocoder."""
+    """A voice's vocoder stream geometry: hop and sample rate (the engine and service read these), minimum frames,
+    and the context and cross-fade that chunked window-recompute vocoding needs to match whole-utterance audio."""
 
     hop_samples: int
     left_context_frames: int
