@@ -43,11 +43,17 @@ test-hog: $(STAMP)
 	$(PY) -m tests.reliability.hog_runs --runs $(HOG_RUNS) --hog-threads 2 --json bench-results/hog-runs.json \
 		--logs bench-results/hog-runs $(HOG_ARGS)
 
+# The load generator against a running server (`make serve` in another shell): BENCH_ARGS="--help" lists its options.
+BENCH_ARGS ?= --targets localhost:50051 --rates 0.5,1,2,4 --out bench-results/bench.json
+bench: $(STAMP)
+	mkdir -p bench-results
+	$(PY) -m bench.grpc_load $(BENCH_ARGS)
+
 # The issue-13 capacity table: gRPC REALTIME calls (engine, naive) beside the in-process paced run (docs/benchmarks.md).
 # About 20 minutes with the default 30 s per level; CAPACITY_ARGS="--duration-s 5 --levels 1,2" for a smoke run.
 CAPACITY_ARGS ?=
 capacity: $(STAMP)
-	$(PY) -m clients.capacity_run --json bench-results/capacity.json $(CAPACITY_ARGS)
+	$(PY) -m bench.capacity --json bench-results/capacity.json $(CAPACITY_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

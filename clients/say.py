@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from clients.bench_metrics import synthesizable_index
-from clients.bench_workload import split_deltas
 from clients.client import (
     Audio,
     ClientConfigError,
@@ -26,6 +24,7 @@ from clients.client import (
     Words,
     turn_options,
 )
+from clients.deltas import split_deltas, synthesizable_index
 from clients.wav import WavError, write_wav
 
 STREAM_DELTA_CHARS = (2, 4)  # characters per delta with --stream, like LLM tokens

@@ -7,7 +7,7 @@
   during the previous round are batched (up to max_slots), their whole utterances are decoded, post-netted and
   vocoded together, and each request's audio is returned as one chunk at the end of the round.
 
-Both are for benchmarks only (engine/bench.py); the service uses EngineCore.
+Both are for benchmarks only (bench/engine_load.py); the service uses EngineCore.
 """
 
 from __future__ import annotations

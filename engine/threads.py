@@ -56,7 +56,7 @@ def claim_engine_thread(num_threads: int) -> int:
     """Give the calling (engine) thread `num_threads` intra-op threads (0: every available core); returns it.
 
     The thread (and the OpenMP workers it starts) is named `voxpool-engine` for the OS, so per-thread CPU reads
-    (clients/capacity_run.py) tell the engine from the event loop and gRPC's threads.
+    (bench/capacity.py) tell the engine from the event loop and gRPC's threads.
     """
     name_os_thread("voxpool-engine")
     _raise_onednn_cache()

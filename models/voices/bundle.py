@@ -31,7 +31,7 @@ class Voice:
     name: str
     acoustic: Any  # models.tacotron2.Tacotron2
     vocoder: Any  # models.mb_melgan.MBMelGAN or models.hifigan.HifiGan
-    stream_spec: Any  # models.vocoder_stream.VocoderStreamSpec
+    stream_spec: Any  # models.streaming_vocoder.VocoderStreamSpec
     sample_rate_hz: int
     symbols: list[str]
     meta: dict = field(default_factory=dict)
@@ -80,7 +80,7 @@ def apply_weight_path(model: torch.nn.Module, weights: str) -> torch.nn.Module:
 
 def load_voice(name_or_dir: str, device: str = "cpu", weights: str = "fp32") -> Voice:
     """Load an installed voice (by name or folder) onto `device` with the chosen weight path."""
-    from models.vocoder_stream import VocoderStreamSpec
+    from models.streaming_vocoder import VocoderStreamSpec
 
     folder = find_voice(name_or_dir)
     meta = read_voice_meta(folder)
@@ -112,7 +112,7 @@ def tiny_voice(seed: int = 0, device: str = "cpu", decoder_steps: int = 40, n_sy
     """
     from models.mb_melgan import MBMelGAN, MBMelGANConfig
     from models.tacotron2 import Tacotron2, Tacotron2Config
-    from models.vocoder_stream import VocoderStreamSpec
+    from models.streaming_vocoder import VocoderStreamSpec
 
     torch.manual_seed(seed)
     voc_cfg = MBMelGANConfig(num_mels=8, channels=16, upsample_scales=(5, 5), stacks_per_stage=2,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from models.mb_melgan import MBMelGAN, MBMelGANConfig
+from models.streaming_vocoder import VocoderStreamSpec
 from models.tacotron2 import Tacotron2, Tacotron2Config
-from models.vocoder_stream import VocoderStreamSpec
 from models.voices.bundle import Voice
 
 # L and R cover the tiny MB-MelGAN's whole receptive field, so chunked vocoding is exact up to float rounding.

@@ -23,7 +23,7 @@ from models.frontend import (
 )
 from models.frontend.pipeline import DryRun
 
-TEXTS = Path(__file__).resolve().parents[2] / "clients" / "texts" / "callcenter_zh.tsv"
+TEXTS = Path(__file__).resolve().parents[2] / "bench" / "texts" / "callcenter_zh.tsv"
 _MARK_IDS = {SYMBOL_TO_ID[m] for m in ("#0", "#1", "#2", "#3")}
 
 
@@ -36,7 +36,7 @@ def _callcenter_sentences() -> list[str]:
     if TEXTS.exists():
         rows = [line.rstrip("\n").split("\t") for line in TEXTS.read_text(encoding="utf-8").splitlines()]
         return [r[2] for r in rows if len(r) >= 3 and not r[0].startswith("#")]
-    from models.frontend.bench import BUILTIN_SENTENCES
+    from bench.frontend_latency import BUILTIN_SENTENCES
 
     return list(BUILTIN_SENTENCES)
 
@@ -199,7 +199,7 @@ def test_never_an_uncaught_exception_on_call_center_like_text(text: str) -> None
 
 
 def test_frontend_never_imports_torch() -> None:
-    code = "import sys, models.frontend, models.frontend.bench; m = models.frontend.MandarinFrontend(); " \
+    code = "import sys, models.frontend, bench.frontend_latency; m = models.frontend.MandarinFrontend(); " \
         "m.to_ids('您好'); sys.exit(1 if 'torch' in sys.modules else 0)"
     repo = Path(__file__).resolve().parents[2]
     assert subprocess.run([sys.executable, "-c", code], cwd=repo, timeout=60).returncode == 0

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.polyphone_evalset import EvalSetError, format_misses, load_cases, parse_cases, score
 from models.frontend import MandarinFrontend
-from models.frontend.evalset import EvalSetError, format_misses, load_cases, parse_cases, score
 from models.frontend.polyphones import ORIGIN_RULE, _parse_domain_words, domain_reading, domain_words, jieba_adjectives
 
 CASES_TSV = Path(__file__).parent / "polyphone_cases.tsv"

@@ -1,6 +1,6 @@
-"""`voxpool bench` against a REALTIME-paced server: the median turn plays in real time (RTF 1 ± 0.5)."""
+"""`python -m bench.grpc_load` against a REALTIME-paced server: the median turn plays in real time (RTF 1 ± 0.5)."""
 
-from tests.clients.test_smoke_server import closed_loop_bench
+from tests.bench.test_grpc_load import closed_loop_bench
 
 
 async def test_bench_realtime_turns_play_in_real_time(tiny_server, tmp_path, capsys):

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.quality import QUALITY_SENTENCES, dnsmos, render, sentence_ids
+from bench.quality import QUALITY_SENTENCES, dnsmos, render, sentence_ids
 from protos.voxpool.v1 import tts_pb2 as pb
 from service.audio.g711 import decode
 from tests.service.conftest import collect, stub_for

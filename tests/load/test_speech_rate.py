@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from models.rate_bench import DURATION_TOLERANCE_PCT, ENGINE_METHOD, OVRL_DROP_MAX, evaluate
+from bench.speaking_rate_quality import DURATION_TOLERANCE_PCT, ENGINE_METHOD, OVRL_DROP_MAX, evaluate
 
 pytestmark = pytest.mark.slow
 

