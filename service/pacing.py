@@ -26,7 +26,7 @@ T = TypeVar("T")
 
 
 class PacingConfigError(InvalidArgument, ValueError):
-    """Invalid pacing settings (mode, lead_ms > 500, frame_ms outside 10-60, ...)."""
+    """Invalid pacing settings (mode, lead_ms over MAX_LEAD_MS, frame_ms outside MIN_FRAME_MS-MAX_FRAME_MS, ...)."""
 
 
 class PacerClosed(RuntimeError):
