@@ -96,7 +96,8 @@ async def _synthesize(client: VoxpoolClient, args: argparse.Namespace) -> SayRes
 async def _converse(client: VoxpoolClient, args: argparse.Namespace) -> SayResult:
     res = SayResult()
     conv = await client.converse(voice=args.voice, encoding=args.encoding, sample_rate_hz=args.sample_rate,
-                                 frame_ms=wire.fitting_frame_ms(args.sample_rate), pacing="REALTIME", speaking_rate=args.rate, word_timestamps=args.timestamps)
+                                 frame_ms=wire.fitting_frame_ms(args.sample_rate), pacing="REALTIME",
+                                 speaking_rate=args.rate, word_timestamps=args.timestamps)
     options = turn_options("SSML") if args.ssml else None  # on the delta that opens the turn
     res.started = conv.started
     deltas = split_deltas(args.text, STREAM_DELTA_CHARS[0], STREAM_DELTA_CHARS[1], 0)

@@ -86,6 +86,7 @@ def test_the_proto_lists_the_offered_rates_and_frame_lengths():
     assert tuple(int(r) for r in re.findall(r"\d+", listed.group(1))) == wire.SAMPLE_RATES_HZ
     assert "11025 Hz takes 40 only" in proto and wire.frame_ms_choices(11025) == (40,)
     assert f"0-{wire.MAX_LEAD_MS}" in proto
+    assert "{}-{},".format(*wire.SPEAKING_RATE_RANGE) in proto  # SessionConfig.speaking_rate: "0.5-2.0,"
 
 
 def test_the_wire_speaking_rates_are_ones_the_engine_applies():
