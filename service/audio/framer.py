@@ -15,16 +15,15 @@ log = logging.getLogger(__name__)
 
 def validate_format(sample_rate_hz: int, frame_ms: int) -> None:
     """Raise AudioFormatError unless the API offers the rate and the frame length at that rate (protos wire rules)."""
-    try:
-        wire.frame_samples(sample_rate_hz, frame_ms)
-    except wire.WireFormatError as exc:
-        raise AudioFormatError(str(exc)) from None
+    frame_samples(sample_rate_hz, frame_ms)
 
 
 def frame_samples(sample_rate_hz: int, frame_ms: int) -> int:
     """Samples in one frame: 160 at 8 kHz / 20 ms, 882 at 44.1 kHz / 20 ms."""
-    validate_format(sample_rate_hz, frame_ms)
-    return wire.frame_samples(sample_rate_hz, frame_ms)
+    try:
+        return wire.frame_samples(sample_rate_hz, frame_ms)
+    except wire.WireFormatError as exc:
+        raise AudioFormatError(str(exc)) from None
 
 
 def frame_bytes(sample_rate_hz: int, frame_ms: int, encoding: "Encoding | str") -> int:
