@@ -26,6 +26,7 @@ from clients.client import (
 )
 from clients.deltas import split_deltas, synthesizable_index
 from clients.wav import WavError, write_wav
+from protos.voxpool.v1 import wire
 
 STREAM_DELTA_CHARS = (2, 4)  # characters per delta with --stream, like LLM tokens
 STREAM_DELTA_INTERVAL_S = 0.03
@@ -79,7 +80,8 @@ async def _synthesize(client: VoxpoolClient, args: argparse.Namespace) -> SayRes
     res = SayResult()
     ref_s = time.perf_counter()
     async for ev in client.synthesize(args.text, voice=args.voice, encoding=args.encoding,
-                                      sample_rate_hz=args.sample_rate, pacing="ASAP", ssml=args.ssml,
+                                      sample_rate_hz=args.sample_rate, frame_ms=wire.fitting_frame_ms(args.sample_rate),
+                                      pacing="ASAP", ssml=args.ssml,
                                       speaking_rate=args.rate, word_timestamps=args.timestamps):
         if isinstance(ev, Audio):
             res.add(ev, ref_s)
@@ -93,7 +95,8 @@ async def _synthesize(client: VoxpoolClient, args: argparse.Namespace) -> SayRes
 async def _converse(client: VoxpoolClient, args: argparse.Namespace) -> SayResult:
     res = SayResult()
     conv = await client.converse(voice=args.voice, encoding=args.encoding, sample_rate_hz=args.sample_rate,
-                                 pacing="REALTIME", speaking_rate=args.rate, word_timestamps=args.timestamps)
+                                 frame_ms=wire.fitting_frame_ms(args.sample_rate), pacing="REALTIME",
+                                 speaking_rate=args.rate, word_timestamps=args.timestamps)
     options = turn_options("SSML") if args.ssml else None  # on the delta that opens the turn
     res.started = conv.started
     deltas = split_deltas(args.text, STREAM_DELTA_CHARS[0], STREAM_DELTA_CHARS[1], 0)

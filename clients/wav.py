@@ -15,7 +15,6 @@ FORMAT_MULAW = 7
 
 # encoding name → (WAVE format tag, bytes per sample)
 _ENCODINGS = {"PCMU": (FORMAT_MULAW, 1), "PCMA": (FORMAT_ALAW, 1), "L16": (FORMAT_PCM, 2)}
-SUPPORTED_RATES_HZ = (8000, 16000, 24000)
 
 
 class WavError(ValueError):

@@ -13,6 +13,8 @@ from typing import Any, Mapping
 
 import yaml
 
+from protos.voxpool.v1 import wire
+
 ENV_PREFIX = "VOXPOOL__"
 
 
@@ -259,14 +261,14 @@ def validate(cfg: ServiceConfig) -> None:
     a = cfg.audio
     if a.encoding not in ("PCMU", "PCMA", "L16"):
         raise ConfigError(f"audio.encoding: {a.encoding!r} is not one of PCMU, PCMA, L16")
-    if a.sample_rate_hz not in (8000, 16000, 24000):
-        raise ConfigError(f"audio.sample_rate_hz: {a.sample_rate_hz} is not one of 8000, 16000, 24000")
-    if not 10 <= a.frame_ms <= 60 or a.frame_ms % 10:
-        raise ConfigError(f"audio.frame_ms: {a.frame_ms} must be 10, 20, 30, 40, 50 or 60")
+    try:
+        wire.check_audio_format(a.encoding, a.sample_rate_hz, a.frame_ms)
+    except wire.WireFormatError as exc:
+        raise ConfigError(str(exc)) from None
     if a.pacing not in ("REALTIME", "ASAP"):
         raise ConfigError(f"audio.pacing: {a.pacing!r} is not REALTIME or ASAP")
-    if not 0 <= a.lead_ms <= 500:
-        raise ConfigError(f"audio.lead_ms: {a.lead_ms} must be within 0..500")
+    if not 0 <= a.lead_ms <= wire.MAX_LEAD_MS:
+        raise ConfigError(f"audio.lead_ms: {a.lead_ms} must be within 0..{wire.MAX_LEAD_MS}")
     if cfg.server.max_calls < 1:
         raise ConfigError("server.max_calls must be ≥ 1")
     if not 0 < cfg.server.port < 65536 and cfg.server.port != 0:

@@ -10,13 +10,14 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
+from protos.voxpool.v1 import wire
 from service.errors import InvalidArgument
 
 log = logging.getLogger(__name__)
 
-MAX_LEAD_MS = 500
-MIN_FRAME_MS = 10
-MAX_FRAME_MS = 60
+MAX_LEAD_MS = wire.MAX_LEAD_MS
+MIN_FRAME_MS = wire.MIN_FRAME_MS
+MAX_FRAME_MS = wire.MAX_FRAME_MS
 DEFAULT_LEAD_MS = 60
 DEFAULT_MAX_AHEAD_MS = 2000
 _EPS_S = 1e-6  # comparisons of clock readings tolerate float rounding of this size
@@ -25,7 +26,7 @@ T = TypeVar("T")
 
 
 class PacingConfigError(InvalidArgument, ValueError):
-    """Invalid pacing settings (mode, lead_ms > 500, frame_ms outside 10-60, ...)."""
+    """Invalid pacing settings (mode, lead_ms over MAX_LEAD_MS, frame_ms outside MIN_FRAME_MS-MAX_FRAME_MS, ...)."""
 
 
 class PacerClosed(RuntimeError):

@@ -7,6 +7,7 @@ from typing import Mapping
 
 from models.frontend.normalize import NormalizeOptions, Span
 from protos.voxpool.v1 import tts_pb2 as pb
+from protos.voxpool.v1 import wire
 from service.audio.framer import frame_bytes
 from service.config import ServiceConfig
 from service.errors import InvalidArgument
@@ -30,25 +31,22 @@ SPAN_KINDS = {
     pb.TextSpan.SPELL_OUT: "characters",
     pb.TextSpan.VERBATIM: "verbatim",
 }
-RATES_HZ = (8000, 16000, 24000)
 MAX_PREROLL_MS = 500
 MAX_FADE_MS = 50
 MAX_LEXICON_ENTRIES = 1000
-VOLUME_DB_RANGE = (-40.0, 12.0)
-SPEAKING_RATE_RANGE = (0.5, 2.0)
 
 
 def checked_volume_db(value: float, field_name: str) -> float:
-    """A gain in dB within VOLUME_DB_RANGE; InvalidArgument names the field and the range."""
-    lo, hi = VOLUME_DB_RANGE
+    """A gain in dB within the wire's VOLUME_DB_RANGE; InvalidArgument names the field and the range."""
+    lo, hi = wire.VOLUME_DB_RANGE
     if not lo <= value <= hi:  # NaN fails too
         raise InvalidArgument(f"{field_name} {value:g} is out of range; use {lo:g} to +{hi:g} dB")
     return float(value)
 
 
 def checked_speaking_rate(value: float, field_name: str) -> float:
-    """A speaking rate within SPEAKING_RATE_RANGE; InvalidArgument names the field and the range."""
-    lo, hi = SPEAKING_RATE_RANGE
+    """A speaking rate within the wire's SPEAKING_RATE_RANGE; InvalidArgument names the field and the range."""
+    lo, hi = wire.SPEAKING_RATE_RANGE
     if not lo <= value <= hi:
         raise InvalidArgument(f"{field_name} {value:g} is out of range; use {lo:g} to {hi:g} (1.0 = natural rate)")
     return float(value)
@@ -147,11 +145,14 @@ def negotiate(
             raise InvalidArgument(f"unsupported audio.encoding {audio.encoding}; use PCMU, PCMA or L16")
         encoding = ENCODINGS[audio.encoding]
     rate = audio.sample_rate_hz or cfg.audio.sample_rate_hz
-    if rate not in RATES_HZ:
-        raise InvalidArgument(f"unsupported audio.sample_rate_hz {rate}; use 8000, 16000 or 24000")
-    frame_ms = audio.frame_ms or cfg.audio.frame_ms
-    if not 10 <= frame_ms <= 60 or frame_ms % 10:
-        raise InvalidArgument(f"unsupported audio.frame_ms {frame_ms}; use 10, 20, 30, 40, 50 or 60")
+    try:
+        wire.check_sample_rate(rate)
+        wire.check_encoding_rate(encoding, rate)
+        # an unset frame_ms takes the server's default, or the nearest length that holds whole samples at the rate
+        frame_ms = audio.frame_ms or wire.fitting_frame_ms(rate, cfg.audio.frame_ms)
+        wire.check_frame_ms(rate, frame_ms)
+    except wire.WireFormatError as exc:
+        raise InvalidArgument(str(exc)) from None
     fade_ms = audio.fade_ms if audio.HasField("fade_ms") else cfg.audio.fade_ms
     if fade_ms > MAX_FADE_MS:
         raise InvalidArgument(f"audio.fade_ms {fade_ms} is over the maximum {MAX_FADE_MS}")
@@ -161,8 +162,8 @@ def negotiate(
             raise InvalidArgument(f"unsupported pacing.mode {pacing.mode}; use REALTIME or ASAP")
         mode = PACING[pacing.mode]
     lead_ms = pacing.lead_ms if pacing.HasField("lead_ms") else cfg.audio.lead_ms
-    if lead_ms > 500:
-        raise InvalidArgument(f"pacing.lead_ms {lead_ms} is over the maximum 500")
+    if lead_ms > wire.MAX_LEAD_MS:
+        raise InvalidArgument(f"pacing.lead_ms {lead_ms} is over the maximum {wire.MAX_LEAD_MS}")
     preroll = preroll_ms or cfg.audio.preroll_ms
     if preroll > MAX_PREROLL_MS:
         raise InvalidArgument(f"preroll_ms {preroll} is over the maximum {MAX_PREROLL_MS}")

@@ -9,6 +9,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from protos.voxpool.v1 import wire
+
 
 @dataclass(frozen=True)
 class Subcommand:
@@ -45,27 +47,28 @@ def say_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("-o", "--output", required=True, help="WAV file to write")
     s.add_argument("--ssml", action="store_true", help="the text is SSML (<speak>...</speak>)")
     s.add_argument("--rate", type=_speaking_rate, default=None, metavar="X",
-                   help="speaking rate, 0.5-2.0 (1.0 = the voice's natural rate)")
+                   help="speaking rate, {}-{} (1.0 = the voice's natural rate)".format(*wire.SPEAKING_RATE_RANGE))
     s.add_argument("--timestamps", action="store_true", help="ask for word timestamps and print them")
     s.add_argument("--encoding", choices=["pcmu", "pcma", "l16"], default="l16")
-    s.add_argument("--sample-rate", type=int, choices=[8000, 16000, 24000], default=8000, metavar="HZ",
-                   help="output sample rate: 8000, 16000 or 24000 (default 8000)")
+    s.add_argument("--sample-rate", type=int, choices=wire.SAMPLE_RATES_HZ, default=8000, metavar="HZ",
+                   help=f"output sample rate: {wire.sample_rates_text()} (default 8000; G.711 is 8000 only)")
     s.add_argument("--voice", default="")
     s.add_argument("--stream", action="store_true", help="use Converse with streamed text deltas, paced in real time")
     s.add_argument("--server", default="localhost:50051")
 
 
 def _speaking_rate(text: str) -> float:
-    """--rate: a speaking rate 0.5-2.0 (a sample rate there is pointed to --sample-rate)."""
+    """--rate: a speaking rate within the wire's range (a sample rate there is pointed to --sample-rate)."""
+    lo, hi = wire.SPEAKING_RATE_RANGE
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give a speaking rate 0.5-2.0") from None
-    if value in (8000, 16000, 24000):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give a speaking rate {lo}-{hi}") from None
+    if value in wire.SAMPLE_RATES_HZ:
         raise argparse.ArgumentTypeError(f"{text} looks like a sample rate: use --sample-rate {text} (--rate is the "
-                                         "speaking rate, 0.5-2.0)")
-    if not 0.5 <= value <= 2.0:
-        raise argparse.ArgumentTypeError(f"{text} is out of range; give a speaking rate 0.5-2.0 (1.0 = natural)")
+                                         f"speaking rate, {lo}-{hi})")
+    if not lo <= value <= hi:
+        raise argparse.ArgumentTypeError(f"{text} is out of range; give a speaking rate {lo}-{hi} (1.0 = natural)")
     return value
 
 

@@ -9,6 +9,8 @@ import os
 import signal
 from collections.abc import Sequence
 
+from protos.voxpool.v1 import wire
+
 log = logging.getLogger(__name__)
 
 
@@ -23,8 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--port", type=int, default=int(os.environ.get("VOXPOOL_GATEWAY_PORT", "3000")))
     j.add_argument("--api-key-env", default="JAMBONZ_API_KEY",
                    help="environment variable holding the API key jambonz sends as Bearer (unset: no check)")
-    j.add_argument("--rate", type=int, choices=[8000, 16000, 24000], default=8000,
-                   help="sample rate when jambonz sends no sampleRate")
+    j.add_argument("--rate", type=int, choices=wire.SAMPLE_RATES_HZ, default=8000, metavar="HZ",
+                   help=f"sample rate when jambonz sends no sampleRate: {wire.sample_rates_text()} (default 8000)")
     j.add_argument("--pacing", choices=["ASAP", "REALTIME"], default="ASAP")
     j.add_argument("--idle-timeout-s", type=float, default=30.0, help="close a socket silent this long")
     j.add_argument("--max-message-bytes", type=int, default=64 * 1024)

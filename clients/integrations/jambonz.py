@@ -22,10 +22,10 @@ from clients.client import (
     session_config,
 )
 from clients.integrations.session import SessionEvent, StreamBroken, VoxpoolSession
+from protos.voxpool.v1 import wire
 
 log = logging.getLogger(__name__)
 
-SUPPORTED_RATES_HZ = (8000, 16000, 24000)
 WS_PATH = "/synthesize"       # the streaming URL configured on the jambonz custom speech credential
 HTTP_PATH = "/synthesize"     # the non-streaming URL (POST)
 HEALTH_PATH = "/healthz"
@@ -76,14 +76,15 @@ def parse_message(raw: str, max_text_chars: int) -> dict:
 
 
 def sample_rate_from(query_value: str | None, default_hz: int) -> int:
+    """The rate jambonz asks for in its `sampleRate` query parameter (its media path's rate), or `default_hz`."""
     if not query_value:
         return default_hz
     try:
         rate = int(query_value)
     except ValueError:
         raise ProtocolError(f"sampleRate {query_value!r} is not a number") from None
-    if rate not in SUPPORTED_RATES_HZ:
-        raise ProtocolError(f"sampleRate {rate} is not offered; use 8000, 16000 or 24000")
+    if rate not in wire.SAMPLE_RATES_HZ:
+        raise ProtocolError(f"sampleRate {rate} is not offered; use {wire.sample_rates_text()}")
     return rate
 
 
@@ -97,7 +98,7 @@ class _Leg:
         self.turn_no = 1
         self.send_lock = asyncio.Lock()
         self.failed: ProtocolError | None = None
-        conf = session_config(voice, "L16", rate_hz, 20, cfg.pacing)
+        conf = session_config(voice, "L16", rate_hz, wire.fitting_frame_ms(rate_hz), cfg.pacing)
         self.session = VoxpoolSession(client, conf, self.on_event, word_marks=False)
 
     @property
@@ -177,13 +178,14 @@ class JambonzGateway:
         self.open_legs += 1
         try:
             try:
-                await leg.session.open()
+                started = await leg.session.open()
             except VoxpoolError as err:
                 await leg.send_error(f"voxpool is not available: {err}")
                 await ws.close(code=WSCloseCode.TRY_AGAIN_LATER, message=b"voxpool unavailable")
                 return ws
+            # the rate of the audio that follows: what the server confirmed for this call
             await ws.send_str(json.dumps({"type": "connect",
-                                          "data": {"sample_rate": rate_hz, "base64_encoding": False}}))
+                                          "data": {"sample_rate": started.sample_rate_hz, "base64_encoding": False}}))
             await self._serve(ws, leg)
         finally:
             await leg.session.close()  # cancels the Converse call: the server frees it
@@ -253,7 +255,8 @@ class JambonzGateway:
         pcm = bytearray()
         try:
             async for ev in self.client.synthesize(text, voice=str(body.get("voice") or ""), encoding="L16",
-                                                   sample_rate_hz=rate_hz, timeout_s=60.0, ssml=kind == "ssml"):
+                                                   sample_rate_hz=rate_hz, frame_ms=wire.fitting_frame_ms(rate_hz),
+                                                   timeout_s=60.0, ssml=kind == "ssml"):
                 if isinstance(ev, Audio) and not ev.silence:
                     pcm += ev.payload
                 elif isinstance(ev, TurnError):

@@ -22,10 +22,10 @@ from clients.client import (
     session_config,
 )
 from clients.integrations.session import SessionEvent, StreamBroken, TurnWords, VoxpoolSession
+from protos.voxpool.v1 import wire
 
 log = logging.getLogger(__name__)
 
-SUPPORTED_RATES_HZ = (8000, 16000, 24000)
 MIME_PCM = "audio/pcm"
 FRAME_MS = 20  # LiveKit re-chunks pushed PCM into frames this long (its default, 200 ms, would delay first audio)
 
@@ -43,14 +43,14 @@ class VoxpoolTTS(tts.TTS):
     """voxpool as a LiveKit Agents TTS: `stream()` sends text as it is pushed (one voxpool turn per stream, all
     streams sharing one Converse call) with word-aligned transcripts; `synthesize()` uses the Synthesize RPC.
 
-    Audio is 16-bit PCM at `sample_rate` (8, 16 or 24 kHz), mono, released as fast as synthesized (LiveKit paces
-    playback).
+    Audio is 16-bit PCM at `sample_rate` (any rate in protos.voxpool.v1.wire.SAMPLE_RATES_HZ, 8 to 48 kHz), mono,
+    released as fast as synthesized (LiveKit paces playback).
     """
 
     def __init__(self, *, target: str = "localhost:50051", voice: str = "", sample_rate: int = 24000,
                  client: VoxpoolClient | None = None, lexicon: dict[str, str] | None = None):
-        if sample_rate not in SUPPORTED_RATES_HZ:
-            raise ValueError(f"voxpool sends 8000, 16000 or 24000 Hz audio, not {sample_rate} Hz")
+        if sample_rate not in wire.SAMPLE_RATES_HZ:
+            raise ValueError(f"voxpool sends {wire.sample_rates_text()} Hz audio, not {sample_rate} Hz")
         super().__init__(capabilities=tts.TTSCapabilities(streaming=True, aligned_transcript=True),
                          sample_rate=sample_rate, num_channels=1)
         self._target = target
@@ -82,7 +82,8 @@ class VoxpoolTTS(tts.TTS):
 
     def shared_session(self) -> VoxpoolSession:
         if self._session is None:
-            cfg = session_config(self._voice, "L16", self.sample_rate, 20, "ASAP", lexicon=self._lexicon)
+            cfg = session_config(self._voice, "L16", self.sample_rate, wire.fitting_frame_ms(self.sample_rate), "ASAP",
+                                 lexicon=self._lexicon)
             self._session = VoxpoolSession(self.client(), cfg, self._route)
         return self._session
 
@@ -143,7 +144,8 @@ class VoxpoolChunkedStream(tts.ChunkedStream):
         try:
             async for ev in self._vtts.client().synthesize(
                     self.input_text, voice=self._vtts._voice, encoding="L16", sample_rate_hz=self._vtts.sample_rate,
-                    lexicon=self._vtts._lexicon or None, timeout_s=self._conn_options.timeout * 10):
+                    frame_ms=wire.fitting_frame_ms(self._vtts.sample_rate), lexicon=self._vtts._lexicon or None,
+                    timeout_s=self._conn_options.timeout * 10):
                 if isinstance(ev, Audio) and not ev.silence:
                     output_emitter.push(ev.payload)
                 elif isinstance(ev, TurnError):

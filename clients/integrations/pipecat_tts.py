@@ -28,10 +28,9 @@ from clients.client import (
     session_config,
 )
 from clients.integrations.session import SessionEvent, StreamBroken, TurnWords, VoxpoolSession
+from protos.voxpool.v1 import wire
 
 log = logging.getLogger(__name__)
-
-SUPPORTED_RATES_HZ = (8000, 16000, 24000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +50,8 @@ class VoxpoolTTSService(TTSService):
     audio context is one voxpool turn (turn id = context id), the end of an LLM response flushes the turn, and an
     interruption sends Clear for the playing turn. Word timings (voxpool WordTimestamps, or marks until the server
     sends those) go to Pipecat so that only spoken words reach the assistant context. Audio is L16 at the
-    pipeline's output rate (8, 16 or 24 kHz), released ASAP: Pipecat's output transport paces playback.
+    pipeline's output rate (any rate in protos.voxpool.v1.wire.SAMPLE_RATES_HZ, 8 to 48 kHz), released ASAP:
+    Pipecat's output transport paces playback.
 
     Events: ``on_turn_cleared(service, HeardText)`` after an interruption, with the text voxpool played.
     """
@@ -95,17 +95,19 @@ class VoxpoolTTSService(TTSService):
 
     async def start(self, frame: StartFrame):
         await super().start(frame)
-        if self.sample_rate not in SUPPORTED_RATES_HZ:
+        if self.sample_rate not in wire.SAMPLE_RATES_HZ:
             # misconfiguration: this service cannot do its job (the worker's ProcessorUnusablePolicy decides)
             await self.push_error(
-                error_msg=f"voxpool sends 8000, 16000 or 24000 Hz audio; the pipeline asks for {self.sample_rate} Hz: "
-                          "set audio_out_sample_rate (or the service's sample_rate) to one of those",
+                error_msg=f"voxpool sends {wire.sample_rates_text()} Hz audio; the pipeline asks for "
+                          f"{self.sample_rate} Hz: set audio_out_sample_rate (or the service's sample_rate) to one "
+                          "of those",
                 force_treat_as_permanent=True)
             return
         if self._client is None:
             # VoxpoolSession reopens a broken stream itself (StreamBroken → ErrorFrame): no library failover
             self._client = VoxpoolClient(self._target, service_config="", failover=False)
-        cfg = session_config(self._voice, "L16", self.sample_rate, 20, self._pacing, lexicon=self._lexicon)
+        frame_ms = wire.fitting_frame_ms(self.sample_rate)
+        cfg = session_config(self._voice, "L16", self.sample_rate, frame_ms, self._pacing, lexicon=self._lexicon)
         self._session = VoxpoolSession(self._client, cfg, self._on_session_event)
         try:
             await self._session.open()

@@ -6,32 +6,24 @@ import logging
 
 import numpy as np
 
+from protos.voxpool.v1 import wire
 from service.audio import AudioFormatError
 from service.audio.g711 import Encoding, encode
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATES_HZ = (8000, 16000, 24000)
-MIN_FRAME_MS = 10
-MAX_FRAME_MS = 60
-
 
 def validate_format(sample_rate_hz: int, frame_ms: int) -> None:
-    """Raise AudioFormatError unless the rate is 8/16/24 kHz and the frame is a whole number of ms in 10-60."""
-    if isinstance(sample_rate_hz, bool) or sample_rate_hz not in SAMPLE_RATES_HZ:
-        raise AudioFormatError(f"sample_rate_hz must be one of {SAMPLE_RATES_HZ}, got {sample_rate_hz!r}")
-    if (
-        isinstance(frame_ms, bool)
-        or not isinstance(frame_ms, (int, np.integer))
-        or not MIN_FRAME_MS <= frame_ms <= MAX_FRAME_MS
-    ):
-        raise AudioFormatError(f"frame_ms must be an integer in {MIN_FRAME_MS}-{MAX_FRAME_MS}, got {frame_ms!r}")
+    """Raise AudioFormatError unless the API offers the rate and the frame length at that rate (protos wire rules)."""
+    frame_samples(sample_rate_hz, frame_ms)
 
 
 def frame_samples(sample_rate_hz: int, frame_ms: int) -> int:
-    """Samples in one frame: 160 at 8 kHz / 20 ms."""
-    validate_format(sample_rate_hz, frame_ms)
-    return sample_rate_hz * int(frame_ms) // 1000
+    """Samples in one frame: 160 at 8 kHz / 20 ms, 882 at 44.1 kHz / 20 ms."""
+    try:
+        return wire.frame_samples(sample_rate_hz, frame_ms)
+    except wire.WireFormatError as exc:
+        raise AudioFormatError(str(exc)) from None
 
 
 def frame_bytes(sample_rate_hz: int, frame_ms: int, encoding: "Encoding | str") -> int:
@@ -53,6 +45,10 @@ class Framer:
 
     def __init__(self, sample_rate_hz: int, frame_ms: int, encoding: "Encoding | str") -> None:
         validate_format(sample_rate_hz, frame_ms)
+        try:
+            wire.check_encoding_rate(Encoding.parse(encoding).value, sample_rate_hz)
+        except wire.WireFormatError as exc:
+            raise AudioFormatError(str(exc)) from None
         self.sample_rate_hz = int(sample_rate_hz)
         self.frame_ms = int(frame_ms)
         self.encoding = Encoding.parse(encoding)

@@ -9,6 +9,7 @@ from typing import Any, AsyncIterator
 from models.frontend.pipeline import FrontendError
 from models.frontend.segmenter import Segmenter
 from protos.voxpool.v1 import tts_pb2 as pb
+from protos.voxpool.v1 import wire
 from service.call.audio_out import OutFrame
 from service.call.input import CallInput, refuse_after_writes
 from service.call.outbox import Outbox
@@ -80,7 +81,7 @@ class CallSession:
         limits = pb.Limits(
             max_delta_chars=self.max_delta_chars, max_buffered_chars=lim.max_buffered_chars,
             max_session_s=int(lim.max_session_s), idle_timeout_ms=int(lim.idle_timeout_s * 1000),
-            max_marks=lim.max_marks_per_turn, max_control_per_s=lim.max_control_per_s, max_lead_ms=500,
+            max_marks=lim.max_marks_per_turn, max_control_per_s=lim.max_control_per_s, max_lead_ms=wire.MAX_LEAD_MS,
             max_lookahead_ms=lim.max_lookahead_ms, max_synthesize_chars=lim.max_synthesize_chars,
             text_idle_flush_ms=lim.text_idle_flush_ms,
         )

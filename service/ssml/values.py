@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import re
 
+from protos.voxpool.v1 import wire
+
 #: W3C break strengths → pause in ms ("none" = no break at all).
 BREAK_STRENGTH_MS = {"none": 0, "x-weak": 100, "weak": 250, "medium": 400, "strong": 700, "x-strong": 1000}
 #: Prosody rate labels → factor of the voice's natural rate.
@@ -13,8 +15,8 @@ RATE_LABELS = {"x-slow": 0.6, "slow": 0.8, "medium": 1.0, "default": 1.0, "fast"
 VOLUME_LABELS: dict[str, float | None] = {
     "silent": None, "x-soft": -12.0, "soft": -6.0, "medium": 0.0, "default": 0.0, "loud": 6.0, "x-loud": 10.0,
 }
-RATE_MIN, RATE_MAX = 0.5, 2.0
-VOLUME_MIN_DB, VOLUME_MAX_DB = -40.0, 12.0
+RATE_MIN, RATE_MAX = wire.SPEAKING_RATE_RANGE
+VOLUME_MIN_DB, VOLUME_MAX_DB = wire.VOLUME_DB_RANGE
 #: say-as interpret-as (W3C Note values and common vendor names) → the frontend's span kinds.
 SAY_AS_KINDS = {
     "telephone": "telephone", "phone": "telephone",

@@ -97,3 +97,25 @@ async def test_client_ssml_helpers(tiny_server):  # noqa: F811
     words = [w for e in got if isinstance(e, Words) for w in e.words]
     assert words and all(w.text == "您好欢迎世界卫生组织。"[w.start_char:w.end_char] for w in words)
     assert any(isinstance(e, Audio) for e in got)
+
+
+async def test_say_writes_any_offered_rate_and_explains_g711_above_8_khz(tiny_server, tmp_path, capsys):  # noqa: F811
+    seconds = {}
+    for rate in ("8000", "11025", "48000"):  # 11025 Hz: the frame length that fits (40 ms) is asked for
+        rc, _, err = await _say(_args(tiny_server.port, tmp_path / f"{rate}.wav", "--sample-rate", rate,
+                                      text="您好。"), capsys)
+        assert rc == 0, err
+        info = read_wav_info(tmp_path / f"{rate}.wav")
+        assert info.sample_rate_hz == int(rate) and info.bits_per_sample == 16
+        seconds[rate] = info.duration_s
+    assert abs(seconds["11025"] - seconds["8000"]) <= 0.04 and abs(seconds["48000"] - seconds["8000"]) <= 0.02
+    rc, _, err = await _say(_args(tiny_server.port, tmp_path / "u.wav", "--encoding", "pcmu", "--sample-rate",
+                                  "16000", text="您好。"), capsys)
+    assert rc == 2 and "G.711, which is 8 kHz only" in err and not (tmp_path / "u.wav").exists()
+
+
+def test_sample_rate_flag_offers_the_wire_rates(capsys):
+    assert build_parser().parse_args(["say", "您好", "-o", "x.wav", "--sample-rate", "44100"]).sample_rate == 44100
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["say", "您好", "-o", "x.wav", "--sample-rate", "12000"])
+    assert "11025" in capsys.readouterr().err

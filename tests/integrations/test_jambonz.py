@@ -166,10 +166,34 @@ async def test_wrong_key_or_rate_is_refused_before_the_upgrade(vox_server):
                 pass
         assert bad_key.value.response.status_code == 403
         with pytest.raises(InvalidStatus) as bad_rate:
-            async with connect(ws_url(port, rate=44100), additional_headers=AUTH):
+            async with connect(ws_url(port, rate=12000), additional_headers=AUTH):
                 pass
         assert bad_rate.value.response.status_code == 400
+        assert b"8000, 11025, 16000, 22050, 24000, 32000, 44100 or 48000" in bad_rate.value.response.body
         assert vox_server.admission.active == 0
+
+
+async def test_a_48_khz_media_path_gets_48_khz_audio(vox_server):
+    """jambonz asks for its media path's rate: the connect reply names it and every frame is 20 ms at 48 kHz."""
+    async with gateway(target(vox_server)) as (gw, port):
+        async with connect(ws_url(port, rate=48000), additional_headers=AUTH) as ws:
+            hello = json.loads(await asyncio.wait_for(ws.recv(), WAIT_S))
+            assert hello == {"type": "connect", "data": {"sample_rate": 48000, "base64_encoding": False}}
+            await ws.send(json.dumps({"type": "stream", "text": "您好，欢迎致电。"}))
+            await ws.send(json.dumps({"type": "flush"}))
+            frames = await read_audio(ws)
+        assert frames and all(len(f) == 1920 for f in frames)  # 20 ms × 48 kHz × 2 bytes
+        async with aiohttp.ClientSession() as http:
+            body = {"language": "cmn-CN", "voice": "", "type": "text", "text": "您好，欢迎致电。"}
+            pcm = {}
+            for rate in (8000, 48000):
+                async with http.post(f"http://127.0.0.1:{port}/synthesize?sampleRate={rate}", json=body,
+                                     headers=AUTH) as resp:
+                    assert resp.status == 200 and resp.headers["Content-Type"] == f"audio/l16;rate={rate}"
+                    pcm[rate] = await resp.read()
+        # the same speech: durations within one 20 ms frame (1920 bytes at 48 kHz)
+        assert len(pcm[8000]) > 8000 and abs(len(pcm[48000]) - 6 * len(pcm[8000])) <= 1920
+        await no_calls(vox_server)
 
 
 async def test_voxpool_connection_loss_is_reported_and_the_next_text_reconnects(vox_server):

@@ -37,8 +37,8 @@ async def test_capabilities_are_declared_honestly(vox_server):
     engine = VoxpoolTTS(target=target(vox_server), sample_rate=RATE_HZ)
     assert engine.capabilities.streaming is True and engine.capabilities.aligned_transcript is True
     assert engine.sample_rate == RATE_HZ and engine.num_channels == 1 and engine.provider == "voxpool"
-    with pytest.raises(ValueError, match="8000, 16000 or 24000"):
-        VoxpoolTTS(target=target(vox_server), sample_rate=44100)
+    with pytest.raises(ValueError, match="8000, 11025, 16000, 22050, 24000, 32000, 44100 or 48000"):
+        VoxpoolTTS(target=target(vox_server), sample_rate=12000)
     await engine.aclose()
 
 
@@ -74,6 +74,24 @@ async def test_non_streaming_synthesize_collects_pcm(vox_server):
     finally:
         await engine.aclose()
     assert frame.sample_rate == 8000 and frame.num_channels == 1 and frame.samples_per_channel > 800
+
+
+@pytest.mark.parametrize("rate_hz", [11025, 48000])
+async def test_any_offered_rate_streams_and_synthesizes(vox_server, rate_hz):
+    """11025 Hz takes 40 ms frames on the wire (whole samples), 48 kHz 20 ms: the adapter asks for what fits."""
+    engine = VoxpoolTTS(target=target(vox_server), sample_rate=rate_hz)
+    try:
+        stream = engine.stream(conn_options=NO_RETRY)
+        stream.push_text("您好。")
+        stream.end_input()
+        events = await asyncio.wait_for(collect(stream), WAIT_S)
+        await stream.aclose()
+        frame = await asyncio.wait_for(engine.synthesize("您好。").collect(), WAIT_S)
+    finally:
+        await engine.aclose()
+    assert events and all(ev.frame.sample_rate == rate_hz for ev in events)
+    streamed = sum(ev.frame.samples_per_channel for ev in events)
+    assert frame.sample_rate == rate_hz and streamed > rate_hz // 2 and frame.samples_per_channel > rate_hz // 2
 
 
 async def test_push_after_end_input_raises_with_a_message(vox_server):

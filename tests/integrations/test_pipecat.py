@@ -76,13 +76,13 @@ class ErrorCatcher(FrameProcessor):
 
 
 class Harness:
-    def __init__(self, tts: VoxpoolTTSService):
+    def __init__(self, tts: VoxpoolTTSService, rate_hz: int = RATE_HZ):
         self.tts = tts
         self.head = ErrorCatcher()
         self.sink = Recorder()
         self.worker = PipelineWorker(
             Pipeline([self.head, tts, self.sink]), cancel_on_idle_timeout=False,
-            params=PipelineParams(audio_out_sample_rate=RATE_HZ, enable_metrics=True, enable_usage_metrics=True),
+            params=PipelineParams(audio_out_sample_rate=rate_hz, enable_metrics=True, enable_usage_metrics=True),
         )
         self.started = asyncio.Event()
 
@@ -198,8 +198,19 @@ async def test_broken_connection_is_a_pipecat_error_and_the_next_turn_reconnects
     assert tts.session.streams_opened == 2
 
 
+async def test_a_48_khz_pipeline_gets_48_khz_audio(vox_server):
+    tts = VoxpoolTTSService(target=target(vox_server))
+    async with Harness(tts, rate_hz=48000) as h:
+        await h.say("你好，", "欢迎致电。")
+        await h.sink.until(lambda: len(h.sink.of(TTSStoppedFrame)) >= 1)
+        audio = h.sink.of(TTSAudioRawFrame)
+    assert audio and all(f.sample_rate == 48000 and len(f.audio) == 48000 * 2 * 20 // 1000 for f in audio)
+    assert tts.session.started.sample_rate_hz == 48000
+    assert not h.head.errors
+
+
 async def test_unsupported_sample_rate_is_refused_with_a_message(vox_server):
-    tts = VoxpoolTTSService(target=target(vox_server), sample_rate=44100)
+    tts = VoxpoolTTSService(target=target(vox_server), sample_rate=12000)
     h = Harness(tts)
     await h.runner.add_workers(h.worker)
     task = asyncio.create_task(h.runner.run())
@@ -207,7 +218,7 @@ async def test_unsupported_sample_rate_is_refused_with_a_message(vox_server):
     if not task.done():
         await h.worker.cancel()
     await asyncio.wait_for(task, WAIT_S)
-    assert any("8000, 16000 or 24000" in e.error for e in h.head.errors)
+    assert any("8000, 11025, 16000, 22050, 24000, 32000, 44100 or 48000" in e.error for e in h.head.errors)
     assert tts.session is None  # nothing was opened
 
 

@@ -91,6 +91,26 @@ async def test_grpc_path_dnsmos_holds_its_baseline(default_voices) -> None:
         assert mean >= floor, f"{key}: mean OVRL {mean:.3f} < baseline {baseline['ovrl_mean'][key]:.3f} − 0.05"
 
 
+WIDEBAND_RATES_HZ = (16000, 22050, 32000, 44100, 48000)  # every offered rate from 16 kHz up, against 24 kHz
+WIDEBAND_REFERENCE_HZ = 24000
+
+
+async def test_grpc_wideband_rates_stay_within_005_ovrl_of_24_khz(default_voices) -> None:
+    """The same sentences and seeds as L16 at each wideband rate: resampling to the call's rate (and DNSMOS's own
+    resampling to 16 kHz) leaves the mean OVRL within 0.05 of the voice's native 24 kHz output."""
+    from protos.voxpool.v1 import wire
+
+    assert set(WIDEBAND_RATES_HZ) | {WIDEBAND_REFERENCE_HZ} == {r for r in wire.SAMPLE_RATES_HZ if r >= 16000}
+    means: dict[int, float] = {}
+    for rate_hz in (WIDEBAND_REFERENCE_HZ, *WIDEBAND_RATES_HZ):
+        clips = await synthesize_over_grpc(default_voices, pb.AudioFormat.L16, rate_hz)
+        means[rate_hz] = float(np.mean([dnsmos(clip, rate_hz)["ovrl"] for clip in clips]))
+    print("\nDNSMOS OVRL over gRPC, L16: " + ", ".join(f"{r} Hz {m:.3f}" for r, m in means.items()))
+    reference = means[WIDEBAND_REFERENCE_HZ]
+    far = {r: m for r, m in means.items() if abs(m - reference) > OVRL_DROP_MAX}
+    assert not far, f"mean OVRL more than {OVRL_DROP_MAX} from 24 kHz's {reference:.3f}: {far}"
+
+
 @pytest.mark.parametrize("vocoder_dtype", ["default", "bfloat16"])
 async def test_engine_streamed_audio_stays_within_005_ovrl_of_fp32_whole_utterance(default_voices,
                                                                                     vocoder_dtype: str) -> None:

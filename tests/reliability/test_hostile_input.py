@@ -98,9 +98,10 @@ def client_event() -> st.SearchStrategy[pb.ClientEvent]:
 def first_event() -> st.SearchStrategy[pb.ClientEvent]:
     """Mostly a usable config, so the fuzz reaches the turn logic; sometimes a hostile one, or anything."""
     usable = st.builds(
-        lambda enc, rate, frame, pacing: config_event(encoding=enc, rate=rate, frame_ms=frame, pacing=pacing),
-        st.sampled_from([pb.AudioFormat.PCMU, pb.AudioFormat.PCMA, pb.AudioFormat.L16]),
-        st.sampled_from([8000, 16000, 24000]), st.sampled_from([10, 20, 60]),
+        lambda fmt, frame, pacing: config_event(encoding=fmt[0], rate=fmt[1], frame_ms=frame, pacing=pacing),
+        st.sampled_from([(pb.AudioFormat.PCMU, 8000), (pb.AudioFormat.PCMA, 8000), (pb.AudioFormat.L16, 8000),
+                         (pb.AudioFormat.L16, 16000), (pb.AudioFormat.L16, 24000), (pb.AudioFormat.L16, 48000)]),
+        st.sampled_from([10, 20, 60]),
         st.sampled_from([pb.Pacing.ASAP, pb.Pacing.ASAP, pb.Pacing.ASAP, pb.Pacing.REALTIME]),
     )
     return weighted((8, usable), (1, session_config()), (1, client_event()))

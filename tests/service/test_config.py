@@ -14,7 +14,7 @@ def test_defaults_are_valid():
 
 def test_file_then_env_override(tmp_path):
     f = tmp_path / "c.yaml"
-    f.write_text("server:\n  port: 6000\n  max_calls: 4\naudio:\n  sample_rate_hz: 16000\n")
+    f.write_text("server:\n  port: 6000\n  max_calls: 4\naudio:\n  encoding: L16\n  sample_rate_hz: 16000\n")
     cfg = load_config(f, environ={"VOXPOOL__SERVER__PORT": "7000", "VOXPOOL__VOICE__AUTO_INSTALL": "false"})
     assert cfg.server.port == 7000  # env wins over the file
     assert cfg.server.max_calls == 4
@@ -37,7 +37,9 @@ def test_unknown_section_from_env():
 @pytest.mark.parametrize(
     "env, msg",
     [
-        ({"VOXPOOL__AUDIO__SAMPLE_RATE_HZ": "11025"}, "sample_rate_hz"),
+        ({"VOXPOOL__AUDIO__SAMPLE_RATE_HZ": "12000"}, "sample_rate_hz 12000 is not supported; use 8000, 11025"),
+        ({"VOXPOOL__AUDIO__SAMPLE_RATE_HZ": "16000"}, "PCMU is G.711, which is 8 kHz only"),
+        ({"VOXPOOL__AUDIO__ENCODING": "L16", "VOXPOOL__AUDIO__SAMPLE_RATE_HZ": "11025"}, r"frame_ms 20 .*use 40"),
         ({"VOXPOOL__AUDIO__FRAME_MS": "25"}, "frame_ms"),
         ({"VOXPOOL__AUDIO__LEAD_MS": "900"}, "lead_ms"),
         ({"VOXPOOL__AUDIO__ENCODING": "OPUS"}, "encoding"),
@@ -49,6 +51,15 @@ def test_unknown_section_from_env():
 def test_bad_values_say_what_to_change(env, msg):
     with pytest.raises(ConfigError, match=msg):
         load_config(None, environ=env)
+
+
+def test_every_offered_rate_is_a_valid_default():
+    from protos.voxpool.v1 import wire
+
+    for rate in wire.SAMPLE_RATES_HZ:
+        env = {"VOXPOOL__AUDIO__ENCODING": "L16", "VOXPOOL__AUDIO__SAMPLE_RATE_HZ": str(rate),
+               "VOXPOOL__AUDIO__FRAME_MS": str(wire.fitting_frame_ms(rate))}
+        assert load_config(None, environ=env).audio.sample_rate_hz == rate
 
 
 def test_missing_file():

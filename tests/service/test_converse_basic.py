@@ -52,7 +52,7 @@ async def test_list_voices_and_normalize(tiny_server):
     [
         (text_event("你好"), grpc.StatusCode.INVALID_ARGUMENT, "first message must be config"),
         (config_event(voice="nope"), grpc.StatusCode.INVALID_ARGUMENT, "unknown voice"),
-        (config_event(rate=11025), grpc.StatusCode.INVALID_ARGUMENT, "sample_rate_hz"),
+        (config_event(rate=12000), grpc.StatusCode.INVALID_ARGUMENT, "sample_rate_hz"),
         (config_event(frame_ms=25), grpc.StatusCode.INVALID_ARGUMENT, "frame_ms"),
         (config_event(lead_ms=900, pacing=pb.Pacing.REALTIME), grpc.StatusCode.INVALID_ARGUMENT, "lead_ms"),
     ],

@@ -188,8 +188,8 @@ async def test_disconnect_frees_engine_slot(tiny_server):
 
 @pytest.mark.parametrize("encoding, rate, frame_ms, nbytes", [
     (pb.AudioFormat.PCMU, 8000, 20, 160), (pb.AudioFormat.PCMA, 8000, 20, 160), (pb.AudioFormat.PCMU, 8000, 10, 80),
-    (pb.AudioFormat.PCMA, 16000, 30, 480), (pb.AudioFormat.L16, 8000, 20, 320), (pb.AudioFormat.L16, 16000, 20, 640),
-    (pb.AudioFormat.L16, 24000, 60, 2880), (pb.AudioFormat.PCMU, 24000, 40, 960),
+    (pb.AudioFormat.L16, 16000, 30, 960), (pb.AudioFormat.L16, 8000, 20, 320), (pb.AudioFormat.L16, 16000, 20, 640),
+    (pb.AudioFormat.L16, 24000, 60, 2880), (pb.AudioFormat.L16, 44100, 10, 882),
 ])
 async def test_frame_bytes(tiny_server, encoding, rate, frame_ms, nbytes):
     async with stub_for(tiny_server.port) as stub:
