@@ -3,7 +3,7 @@ phoneme, prosody, and the elements that are only warned about)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from models.frontend.g2p import Lexicon, LexiconError
 from models.frontend.normalize import Span
@@ -39,6 +39,9 @@ class Frame:
     alias: str | None = None  # sub
     pinyin: str | None = None  # phoneme with a pinyin alphabet
     silent: bool = False  # content not spoken
+    tag: str = ""  # the element's name as written (with its prefix), for messages
+    prefixes: dict[str, str] = field(default_factory=dict)  # namespace prefixes in force: prefix → URI
+    say_as_format: str = ""  # say-as format (dates, durations)
 
 
 class ElementHandlers:

@@ -181,7 +181,7 @@ def test_foreign_namespace_elements_are_spoken_with_a_warning():
     ('<speak><say-as interpret-as="digits">1<mark name="m"/>2</say-as></speak>', 1, 39, "move it outside"),
     ("<speak><say-as>12</say-as></speak>", 1, 8, "interpret-as"),
     ("<speak><sub>WHO</sub></speak>", 1, 8, "alias"),
-    ("<speak><break>x</break></speak>", 1, 16, "empty"),
+    ("<speak><break>x</break></speak>", 1, 15, "empty"),
     ('<speak><emphasis level="loud">x</emphasis></speak>', 1, 8, "strong, moderate"),
 ])
 def test_errors_name_line_column_and_the_fix(document, line, column, fix):
