@@ -36,7 +36,8 @@ _FRACTION_RE = re.compile(rf"(?P<sign>[-−])?(?:(?P<whole>[0-9]+)(?: |又))?(?P
 _UNIT_WORD_RE = re.compile(r" ?(?P<unit>[A-Za-z]+|°[CF]|[℃℉°²³㎡])(?![A-Za-z])")
 _COLON_DURATION_RE = re.compile(r"[0-9]+(?::[0-9]{1,2}(?:\.[0-9]+)?){1,2}")
 _DURATION_TOKEN_RE = re.compile(rf"{_NUM} ?(?:[A-Za-z]+|['\"])(?![A-Za-z])")
-_DATE_PARTS_RE = re.compile(r"[0-9]{1,4}(?: ?[-/. 年月] ?[0-9]{1,4})*(?: ?[日号])?")
+_DATE_PARTS_RE = re.compile(r"[0-9]+(?: ?[-/. 年月] ?[0-9]+)*(?: ?[日号])?")
+_FIELD_DIGITS = {"y": 4, "m": 2, "d": 2}
 _ADDRESS_NUMBER_RE = re.compile(r"[0-9]+(?:-[0-9]+)*")
 #: After these an address number is a count or an ordinal (3单元, 12栋, 10000号): read as a cardinal.
 _ADDRESS_COUNTED = re.compile(r"号|栋|幢|楼|层|单元|弄|巷|街|路|区|座|期|组|村|队|排|门|道|段|里")
@@ -165,7 +166,11 @@ def _date(order: str) -> Reader:
     def reader(sc: Scanner, start: int, end: int) -> bool:
         def read(m: re.Match[str]) -> bool:
             parts = re.findall(r"[0-9]+", m.group())
-            if len(parts) != len(order):
+            widths = [_FIELD_DIGITS[f] for f in order]
+            if len(parts) == 1 and len(order) > 1 and len(parts[0]) == sum(widths):  # compact: 20261122
+                cuts = [sum(widths[:k]) for k in range(len(widths) + 1)]
+                parts = [parts[0][a:b] for a, b in zip(cuts, cuts[1:])]
+            if len(parts) != len(order) or any(len(p) > 4 for p in parts):
                 return False
             fields = dict(zip(order, parts))
             month = int(fields["m"]) if "m" in fields else None
@@ -231,7 +236,7 @@ READERS: dict[str, Reader] = {
     "measure": _measure,
     "duration": _duration(""),
     **{f"duration_{fmt}": _duration(fmt) for fmt in ("hms", "hm", "ms")},
-    **{f"date_{order}": _date(order) for order in ("mdy", "dmy", "ydm", "my", "dm", "m", "d")},
+    **{f"date_{order}": _date(order) for order in ("ymd", "mdy", "dmy", "ydm", "ym", "my", "md", "dm", "y", "m", "d")},
 }
 
 __all__ = ["DURATION_UNITS", "MEASURE_WORDS", "READERS"]

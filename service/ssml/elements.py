@@ -146,7 +146,7 @@ class ElementHandlers:
         if kind == "date" and fmt:
             order = "".join(c for i, c in enumerate(fmt) if c in "ymd" and c not in fmt[:i])
             if order in DATE_FORMATS and len(fmt.strip("ymd")) == 0:
-                kind = "date" if order in ("ymd", "ym", "md", "y") else f"date_{order}"
+                kind = f"date_{order}"
             else:
                 self.warn("ssml_say_as_format", f'say-as date format="{fmt}" is not supported (use one of '
                                                 f'{", ".join(DATE_FORMATS)}); the date is read year-month-day')
@@ -233,7 +233,7 @@ class ElementHandlers:
                 self.warn("ssml_volume_clamped", f'prosody volume="{attrib["volume"]}" is {wanted_db:+g} dB; '
                                                  f"clamped to {volume:+g} dB (the range is {VOLUME_MIN_DB:+g} to "
                                                  f"{VOLUME_MAX_DB:+g} dB)")
-        for ignored in ("pitch", "contour", "range", "duration"):
+        for ignored in ("pitch", "contour", "range", "duration", *(k for k in attrib if ":" in k)):
             if ignored in attrib:
                 self.warn("ssml_prosody_ignored", f"prosody {ignored} is not supported; rate and volume are")
         frame.rate, frame.volume_db = rate, volume

@@ -89,8 +89,10 @@ class SsmlStream:
         try:
             step()
         except expat.ExpatError as exc:
-            message = _explain(expat.ErrorString(exc.code))
-            return self._failing(SsmlError(message + self._open_tags_hint(exc), exc.lineno, exc.offset + 1))
+            hint = self._open_tags_hint(exc)
+            core = expat.ErrorString(exc.code)
+            message = f"{core}: {hint}" if hint.startswith("</") else _explain(core) + hint
+            return self._failing(SsmlError(message, exc.lineno, exc.offset + 1))
         except DefusedXmlException as exc:
             line, column = b.where()
             return self._failing(SsmlError(
@@ -114,8 +116,9 @@ class SsmlStream:
             found = _END_TAG_RE.match(self._text_at(exc.lineno, exc.offset - 2) or "")
             closing = found.group(1) if found else "?"
             if any(f.tag == closing for f in open_tags):
-                return f": </{closing}> comes while {inner_at} is still open; close it with </{inner.tag}> first"
-            return (f": </{closing}> closes no open element; the innermost open element is {inner_at}: "
+                return (f"</{closing}> comes while {inner_at} is still open; close elements in the reverse order "
+                        f"of opening them: </{inner.tag}> before </{closing}>")
+            return (f"</{closing}> closes no open element; the innermost open element is {inner_at}: "
                     f"close it with </{inner.tag}> or remove </{closing}>")
         if exc.code in (expat.errors.codes[expat.errors.XML_ERROR_NO_ELEMENTS],
                         expat.errors.codes[expat.errors.XML_ERROR_UNCLOSED_TOKEN]):

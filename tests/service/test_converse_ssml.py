@@ -235,7 +235,9 @@ async def test_bad_ssml_fails_its_turn_only(tiny_server):
     errors = of(events, "error")
     assert [(e.code, e.turn_id) for e in errors] == [(pb.Error.INVALID_SSML, "bad")]
     assert "SSML line 2, column" in errors[0].message and "mismatched tag" in errors[0].message
-    assert "close elements in the reverse order" in errors[0].message
+    # the hint names the document's own tags: the stray </s> and the <say-as> still open (where it opened)
+    assert "</s> closes no open element" in errors[0].message
+    assert "<say-as> (line 2, column 5)" in errors[0].message and "close it with </say-as>" in errors[0].message
     assert [d.turn_id for d in of(events, "turn_done")] == ["next"]
 
 

@@ -169,7 +169,8 @@ def test_foreign_namespace_elements_are_spoken_with_a_warning():
 
 @pytest.mark.parametrize("document, line, column, fix", [
     ("<speak>您好", 1, 10, "close every element"),
-    ("<speak>\n  <s>您好</p></speak>", 2, 10, "reverse order"),
+    ("<speak>\n  <s>您好</p></speak>", 2, 10, "</p> closes no open element; the innermost open element is <s> "
+                                             "(line 2, column 3): close it with </s> or remove </p>"),
     ("<speak>A & B</speak>", 1, 11, "&amp;"),
     ("<speak>1 < 2</speak>", 1, 11, "&lt;"),
     ("<speak>&nbsp;</speak>", 1, 8, "&#x4E2D;"),
