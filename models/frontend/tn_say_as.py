@@ -10,7 +10,7 @@ from models.frontend import verbalize as vb
 from models.frontend.surnames import surname_reading
 from models.frontend.tn_core import Num
 from models.frontend.tn_rules import Scanner, pieces
-from models.frontend.tn_tables import HANZI_RUN_RE, LATIN_UNITS, TEMPERATURE_UNITS
+from models.frontend.tn_tables import HANZI_RUN_RE, TEMPERATURE_UNITS
 
 Reader = Callable[[Scanner, int, int], bool]
 
@@ -74,14 +74,16 @@ def _measure(sc: Scanner, start: int, end: int) -> bool:
         num = None if frac else Num.parse(sc.s, m.start(), j)
         if frac is None and num is None:
             return False
-        unit = _UNIT_WORD_RE.match(sc.s, j, end)
-        word = unit.group("unit") if unit else ""
-        reading = LATIN_UNITS.get(word) or MEASURE_WORDS.get(word) or MEASURE_WORDS.get(word.lower())
-        if reading is None:
-            known = sc.unit_after(j, end)  # units like km/h that the pattern above does not take whole
-            reading, j = (known[0], known[1]) if known else ("", j)
-        else:
+        known = sc.unit_after(j, end)  # symbols and abbreviations (kg, km/h, °C) first, then English words
+        unit = None if known else _UNIT_WORD_RE.match(sc.s, j, end)
+        word = known[2] if known else (unit.group("unit") if unit else "")
+        reading = known[0] if known else MEASURE_WORDS.get(word) or MEASURE_WORDS.get(word.lower())
+        if known:
+            j = known[1]
+        elif reading is not None:
             j = unit.end()
+        else:
+            reading = ""
         if reading == "百分之":
             sc.em.text("百分之" + (_fraction_text(frac) if frac else vb.read_decimal(num.int_digits, num.frac)),
                        m.start())
