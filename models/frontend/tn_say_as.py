@@ -33,6 +33,7 @@ DURATION_UNITS: dict[str, str] = {
 }
 _NUM = r"[-−]?[0-9][0-9,]*(?:\.[0-9]+)?"
 _FRACTION_RE = re.compile(rf"(?P<sign>[-−])?(?:(?P<whole>[0-9]+)(?: |又))?(?P<a>[0-9]+) ?[/⁄] ?(?P<b>[0-9]+)")
+_QUANTITY_RE = re.compile(rf"(?:{_FRACTION_RE.pattern})|{_NUM}")
 _UNIT_WORD_RE = re.compile(r" ?(?P<unit>[A-Za-z]+|°[CF]|[℃℉°²³㎡])(?![A-Za-z])")
 _COLON_DURATION_RE = re.compile(r"[0-9]+(?::[0-9]{1,2}(?:\.[0-9]+)?){1,2}")
 _DURATION_TOKEN_RE = re.compile(rf"{_NUM} ?(?:[A-Za-z]+|['\"])(?![A-Za-z])")
@@ -68,12 +69,14 @@ def _fraction(sc: Scanner, start: int, end: int) -> bool:
 def _measure(sc: Scanner, start: int, end: int) -> bool:
     """A number or fraction with its unit (5kg → 五公斤, 2 feet → 两英尺, 1/2inch → 二分之一英寸, -3°C → 零下三摄氏度);
     a number without a known unit is a cardinal, never digits."""
-    def read(m: re.Match[str]) -> bool:
+
+    def read(m: re.Match[str]) -> int | None:
+        """Emit the quantity at ``m`` and its unit; returns where the unit ends (None: not a number)."""
         j = m.end()
         frac = _FRACTION_RE.fullmatch(m.group())
         num = None if frac else Num.parse(sc.s, m.start(), j)
         if frac is None and num is None:
-            return False
+            return None
         known = sc.unit_after(j, end)  # symbols and abbreviations (kg, km/h, °C) first, then English words
         unit = None if known else _UNIT_WORD_RE.match(sc.s, j, end)
         word = known[2] if known else (unit.group("unit") if unit else "")
@@ -93,25 +96,22 @@ def _measure(sc: Scanner, start: int, end: int) -> bool:
             sign = "零下" if num.sign and word in TEMPERATURE_UNITS else ("负" if num.sign else "")
             two = num.int_digits.lstrip("0") == "2" and num.frac is None and reading and word not in TEMPERATURE_UNITS
             sc.em.text(sign + ("两" if two else sc.quantity(num, reading)) + reading, m.start())
-        if j < m.end():
-            sc.run(j, m.end())
-        state["end"] = j
-        return True
+        return j
 
-    state = {"end": start}
     cursor = start
     found = False
-    for m in re.finditer(rf"(?:{_FRACTION_RE.pattern})|{_NUM}", sc.s[:end]):
-        if m.start() < cursor or m.start() < start:
-            continue
+    for m in _QUANTITY_RE.finditer(sc.s, start, end):
+        if m.start() < cursor:
+            continue  # inside the unit of the quantity before
         if cursor < m.start():
             sc.run(cursor, m.start())
-        if read(m):
-            found = True
-            cursor = max(m.end(), state["end"])
-        else:
+        after = read(m)
+        if after is None:
             sc.run(m.start(), m.end())
             cursor = m.end()
+        else:
+            found = True
+            cursor = after
     if cursor < end:
         sc.run(cursor, end)
     return found

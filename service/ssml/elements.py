@@ -73,7 +73,7 @@ class ElementHandlers:
         if "volume" in attrib:
             gain = aliyun_volume_db(attrib["volume"])
             volume = None if gain is None or volume is None else clamp(volume + gain, VOLUME_MIN_DB, VOLUME_MAX_DB)
-        ignored = sorted(k for k in attrib if k not in _SPEAK_NEUTRAL and k not in ("rate", "volume"))
+        ignored = sorted(k for k in attrib if k not in _SPEAK_NEUTRAL and k not in ("rate", "volume") and ":" not in k)
         if "pitch" in attrib:
             self.warn("ssml_prosody_ignored", f'speak pitch="{attrib["pitch"]}" is not supported (the voice has '
                                               "one pitch); rate and volume are")
