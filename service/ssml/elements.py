@@ -51,7 +51,6 @@ class Frame:
     silent: bool = False  # content not spoken
     tag: str = ""  # the element's name as written (with its prefix), for messages
     prefixes: dict[str, str] = field(default_factory=dict)  # namespace prefixes in force: prefix → URI
-    say_as_format: str = ""  # say-as format (dates, durations)
 
 
 class ElementHandlers:
@@ -145,7 +144,7 @@ class ElementHandlers:
         fmt = (attrib.get("format") or "").strip().lower()
         if kind == "date" and fmt:
             order = "".join(c for i, c in enumerate(fmt) if c in "ymd" and c not in fmt[:i])
-            if order in DATE_FORMATS and len(fmt.strip("ymd")) == 0:
+            if order in DATE_FORMATS and set(fmt) <= set("ymd-/. "):
                 kind = f"date_{order}"
             else:
                 self.warn("ssml_say_as_format", f'say-as date format="{fmt}" is not supported (use one of '
@@ -279,6 +278,6 @@ class ElementHandlers:
 
     def _start_par(self, frame: Frame, attrib: dict[str, str]) -> None:
         self.warn("ssml_element_ignored", f"<{frame.tag}> is not supported (nothing is mixed or timed); the text "
-                                          "in it is spoken in document order", once=True, once_key="par")
+                                          "in it is spoken in document order", once=True, once_key=frame.tag)
 
     _start_seq = _start_media = _start_par
