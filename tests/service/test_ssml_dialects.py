@@ -64,6 +64,7 @@ MAPPED_SAY_AS = [
     (ALIYUN, '<say-as interpret-as="measure">5kg</say-as>', "5kg", "measure", "五公斤"),
     (ALIYUN, '<say-as interpret-as="measure">-3°C</say-as>', "-3°C", "measure", "零下三摄氏度"),
     (ALIYUN, '<say-as interpret-as="id">AB12</say-as>', "AB12", "characters", "诶比幺二"),
+    (ALIYUN, '<say-as interpret-as="punctuation">#*</say-as>', "#*", "characters", "井号星号"),
     (ALIYUN, '<say-as interpret-as="date" format="ymd">2026年11月22日</say-as>', "2026年11月22日", "date_ymd",
      "二零二六年十一月二十二日"),
     (TENCENT, '<say-as interpret-as="address">3栋2单元</say-as>', "3栋2单元", "address", "三栋二单元"),
@@ -269,3 +270,8 @@ def test_a_w3c_speak_with_schema_attributes_warns_nothing():
                      'xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" '
                      'xsi:schemaLocation="http://www.w3.org/2001/10/synthesis synthesis.xsd" xml:lang="zh-CN">您好</speak>')
     assert doc.text == "您好" and codes(doc) == []
+
+
+def test_tencent_word_and_aliyun_w_are_spoken_without_a_warning():
+    doc = parse_ssml(TENCENT.format("<word>银行</word><w>卡号</w>"))
+    assert doc.text == "银行卡号" and codes(doc) == []
