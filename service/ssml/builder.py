@@ -201,7 +201,14 @@ class Builder(ElementHandlers):
         frame = self.stack[-1]
         if frame.name in _EMPTY:
             if text.strip():
-                raise self.fail(f"<{frame.name}> is empty; move the text after it")
+                # at the first character that is not a space, however the data was split
+                lead = text[:len(text) - len(text.lstrip())]
+                line, column = self.where()
+                if "\n" in lead:
+                    line, column = line + lead.count("\n"), len(lead) - lead.rfind("\n")
+                else:
+                    column += len(lead)
+                raise self.fail(f"<{frame.tag}> is empty; move the text after it", (line, column))
             return
         if frame.alias is not None:
             return  # <sub>: the written form is replaced by the alias
