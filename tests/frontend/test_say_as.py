@@ -1,6 +1,8 @@
 """The span readers SSML's extra say-as classes map onto: name, address, fraction, measure, duration, ordered dates."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from models.frontend import MandarinFrontend
 from models.frontend.normalize import SPAN_KINDS, Span, normalize
@@ -98,3 +100,16 @@ def test_the_surname_table_is_valid_pinyin_and_compounds_come_first():
 
 def test_the_new_kinds_are_span_kinds():
     assert {"name", "address", "fraction", "measure", "duration", "date_mdy", "duration_ms"} <= SPAN_KINDS
+
+
+NEW_KINDS = sorted(k for k in SPAN_KINDS if k in ("name", "address", "fraction", "measure") or k.startswith(("date_", "duration")))
+
+
+@settings(max_examples=300, deadline=None)
+@given(kind=st.sampled_from(NEW_KINDS), text=st.text(alphabet="0123456789 /:-.'\"kmgshftinchlb°C年月日号室栋单曾尉迟好", min_size=1,
+                                                       max_size=24))
+def test_any_text_in_a_new_span_is_read_without_digits_left(kind, text):
+    result = normalize(text, spans=[Span(0, len(text), kind)])
+    assert not any(c.isdigit() for c in result.text), (kind, text, result.text)
+    assert list(result.source_index) == sorted(result.source_index)
+    assert all(0 <= k < len(result.text) for k, _ in result.readings)
