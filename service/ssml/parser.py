@@ -29,7 +29,6 @@ _EXPAT_HINTS = (
 _END_TAG_RE = re.compile(r"</\s*([^\s>/]+)")
 
 
-
 class SsmlStream:
     """Parses one SSML document fed in pieces; every piece returns the events it completed.
 
@@ -107,7 +106,7 @@ class SsmlStream:
 
     def _open_tags_hint(self, exc: expat.ExpatError) -> str:
         """The document's own tags for a nesting error: which element is still open, which end tag came instead."""
-        open_tags = [f for f in self._builder.stack]
+        open_tags = list(self._builder.stack)
         if not open_tags:
             return ""
         inner = open_tags[-1]
