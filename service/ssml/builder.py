@@ -1,4 +1,5 @@
-"""The SSML parser's target: expat's callbacks (start, end, data) turned into events, with positions and limits."""
+"""The SSML parser's handlers: expat's callbacks (start, end, data) turned into events, with positions, namespace
+prefixes and limits."""
 
 from __future__ import annotations
 
@@ -128,7 +129,7 @@ class Builder(ElementHandlers):
         self.prosody_emitted = self.prosody_wanted
         self._emit(ProsodyAt(self.position(), *self.prosody_wanted))
 
-    # -- the target interface (xml.etree.ElementTree.XMLParser calls these) -------------------------------
+    # -- the handlers pyexpat calls (start and end tags as written, prefixes unresolved; character data) ----------
 
     def start(self, tag: str, attrib: dict[str, str]) -> None:
         at = self.where()
