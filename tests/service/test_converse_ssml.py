@@ -328,8 +328,9 @@ async def test_vendor_say_as_and_pinyin_read_as_their_plain_equivalent(tiny_serv
 
 
 async def test_azure_bookmark_reaches_the_client_as_a_mark(tiny_server):
-    doc = ('<speak version="1.0" xmlns="http://www.w3.org/2001/10/synthesis" xmlns:mstts="https://www.w3.org/2001/mstts">'
-           '<mstts:express-as style="cheerful">您好<bookmark mark="greeted"/>欢迎</mstts:express-as></speak>')
+    doc = ('<speak version="1.0" xmlns="http://www.w3.org/2001/10/synthesis" '
+           'xmlns:mstts="https://www.w3.org/2001/mstts"><mstts:express-as style="cheerful">'
+           '您好<bookmark mark="greeted"/>欢迎</mstts:express-as></speak>')
     events = await converse(tiny_server.port, ssml_event(doc, "a"))
     assert [m.name for m in of(events, "mark_reached")] == ["greeted"]
     assert warnings_of(events) == [("ssml_element_ignored", "a")] and of(events, "turn_done")

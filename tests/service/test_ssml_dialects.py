@@ -268,7 +268,8 @@ def test_nesting_errors_name_the_documents_own_tags(document, closing, open_tag)
 def test_a_w3c_speak_with_schema_attributes_warns_nothing():
     doc = parse_ssml('<speak version="1.1" xmlns="http://www.w3.org/2001/10/synthesis" '
                      'xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" '
-                     'xsi:schemaLocation="http://www.w3.org/2001/10/synthesis synthesis.xsd" xml:lang="zh-CN">您好</speak>')
+                     'xsi:schemaLocation="http://www.w3.org/2001/10/synthesis synthesis.xsd" '
+                     'xml:lang="zh-CN">您好</speak>')
     assert doc.text == "您好" and codes(doc) == []
 
 
