@@ -64,7 +64,11 @@ class ElementHandlers:
         rate, volume = frame.rate, frame.volume_db
         if "rate" in attrib:
             factor = aliyun_rate(attrib["rate"])
-            wanted = factor * rate if factor is not None else prosody_rate(attrib["rate"], rate)
+            try:
+                wanted = factor * rate if factor is not None else prosody_rate(attrib["rate"], rate)
+            except ValueProblem:
+                raise ValueProblem(f'speak rate="{attrib["rate"]}" is not a rate; Aliyun\'s rate is an integer '
+                                   "-500 to 500 (0 = the normal rate), or use <prosody rate>") from None
             rate = clamp(wanted, RATE_MIN, RATE_MAX)
             if rate != wanted:
                 self.warn("ssml_rate_clamped", f'speak rate="{attrib["rate"]}" is {wanted:g} × the normal rate; '

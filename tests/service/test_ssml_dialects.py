@@ -276,3 +276,9 @@ def test_a_w3c_speak_with_schema_attributes_warns_nothing():
 def test_tencent_word_and_aliyun_w_are_spoken_without_a_warning():
     doc = parse_ssml(TENCENT.format("<word>银行</word><w>卡号</w>"))
     assert doc.text == "银行卡号" and codes(doc) == []
+
+
+def test_a_speak_rate_that_is_no_rate_is_an_error_naming_aliyuns_range():
+    with pytest.raises(SsmlError, match="-500 to 500") as err:
+        parse_ssml('<speak rate="quick">好</speak>')
+    assert (err.value.line, err.value.column) == (1, 1)
