@@ -31,6 +31,8 @@ from service.ssml.values import (
 _EMPHASIS_LEVELS = frozenset({"strong", "moderate", "none", "reduced"})
 #: <speak> attributes that change nothing here (W3C's, and Aliyun's audio options).
 _SPEAK_NEUTRAL = frozenset({"version", "xml:lang", "xml:base", "xmlns", "onlogicerror"})
+#: ph that can only be tone-numbered pinyin ("chao2 yang2", "chao2yang2").
+_TONE_PINYIN_RE = re.compile(r"(?:[a-zv:ü]+[1-5][\s'-]*)+")
 #: A Polly time: minutes and seconds written 1'21" (a duration, not a clock time).
 _POLLY_DURATION_RE = re.compile(r"\s*(?:\d+')?\s*(?:\d+(?:\.\d+)?\")?\s*")
 
@@ -197,6 +199,8 @@ class ElementHandlers:
             ph, alphabet = attrib["py"], "py"
         if ph is None:
             raise ValueProblem('<phoneme> needs ph: <phoneme alphabet="pinyin" ph="chao2 yang2">朝阳</phoneme>')
+        if not alphabet and _TONE_PINYIN_RE.fullmatch(ph.strip().lower()):
+            alphabet = "pinyin"  # no alphabet, but tone-numbered pinyin: what every Mandarin vendor means
         if alphabet not in PINYIN_ALPHABETS:
             self.warn("ssml_phoneme_ignored", f'phoneme alphabet="{alphabet or "(none)"}" is not supported; use '
                                               'alphabet="pinyin" (or py, sapi, x-amazon-pinyin) with tone numbers; '

@@ -112,6 +112,7 @@ def test_say_as_name_reads_each_name_and_leaves_other_text_alone(fe):
     (POLLY, '<phoneme alphabet="x-amazon-pinyin" ph="chao2yang2">朝阳</phoneme>', "chao2 yang2"),
     (GOOGLE, '<phoneme alphabet="pinyin" ph="cháo yáng">朝阳</phoneme>', "chao2 yang2"),
     (GOOGLE, '<phoneme py="zhang3">长</phoneme>', "zhang3"),
+    (TENCENT, '<phoneme ph="chao2 yang2">朝阳</phoneme>', "chao2 yang2"),  # no alphabet: tone-numbered pinyin
 ])
 def test_pinyin_alphabets_are_lexicon_entries(fe, wrapper, body, pinyin):
     doc = parse_ssml(wrapper.format("去" + body))
