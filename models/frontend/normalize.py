@@ -33,11 +33,15 @@ class Span:
 
 @dataclass(frozen=True)
 class NormalizedText:
-    """Hanzi + pause marks, with the index of the input char each output char came from."""
+    """Hanzi + pause marks, with the index of the input char each output char came from.
+
+    ``readings`` fixes the reading of some output chars (index → TONE3 syllable): a say-as name's surname.
+    """
 
     text: str
     source_index: tuple[int, ...]
     warnings: tuple[str, ...]
+    readings: tuple[tuple[int, str], ...] = ()
 
 
 #: Markup tags and comments (removed with a warning) and HTML character entities (decoded).
@@ -210,4 +214,5 @@ def normalize(text: str, options: NormalizeOptions = _DEFAULT_OPTIONS, spans: Se
         warnings.append(f"{message} at {src[pos] if pos < len(src) else len(text)}")
     if warnings:
         logger.debug("normalize: %d warnings: %s", len(warnings), "; ".join(warnings))
-    return NormalizedText("".join(em.chars), tuple(source_index), tuple(warnings))
+    readings = tuple(sorted((k, v) for k, v in em.readings.items() if k < len(em.chars)))
+    return NormalizedText("".join(em.chars), tuple(source_index), tuple(warnings), readings)

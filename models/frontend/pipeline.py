@@ -28,6 +28,8 @@ from .tone_sandhi import third_tone_sandhi, yi_bu_sandhi
 
 log = logging.getLogger(__name__)
 
+#: Where a syllable's reading came from when a say-as span fixed it (a surname in <say-as interpret-as="name">).
+ORIGIN_SAY_AS = "say-as name"
 #: Above this many syllables one segment is longer than the voice says well in one go (≈25 s decoder cap).
 LONG_SEGMENT_SYLLABLES = 150
 
@@ -192,7 +194,7 @@ class MandarinFrontend:
         lex = LayeredLexicon(*layers)
         text = normalized.text
         raw_clauses, skipped = self._scan(text, lex)
-        clauses = self._build_clauses(raw_clauses)
+        clauses = self._build_clauses(raw_clauses, dict(normalized.readings))
         seq = assemble(clauses)
         warnings = list(normalized.warnings)
         warnings.extend(self._skip_warnings(text, skipped, normalized.source_index))
@@ -261,8 +263,12 @@ class MandarinFrontend:
         clauses.append((words, None))
         return clauses, skipped
 
-    def _build_clauses(self, raw: list[tuple[list[Word], str | None]]) -> list[Clause]:
-        """Readings, sandhi and prosodic grouping per clause; pauses of empty clauses merge into the one before."""
+    def _build_clauses(self, raw: list[tuple[list[Word], str | None]], fixed: Mapping[int, str]) -> list[Clause]:
+        """Readings, sandhi and prosodic grouping per clause; pauses of empty clauses merge into the one before.
+
+        ``fixed`` (normalized-text index → syllable, from say-as spans) overrides the dictionary reading of those
+        characters before sandhi, as a reading of the word, not a locked lexicon entry.
+        """
         out: list[Clause] = []
         for words, pause in raw:
             if not words:
@@ -273,6 +279,11 @@ class MandarinFrontend:
                 continue
             words = assign_pinyin(words, erhua=self.options.erhua)
             for w in words:
+                if fixed and not w.locked:
+                    for k, src in enumerate(w.sources):
+                        if len(src) == 1 and src[0] in fixed:
+                            w.pinyin[k] = fixed[src[0]]
+                            w.origins[k] = ORIGIN_SAY_AS
                 w.lexical = list(w.pinyin)
             if self.options.tone_sandhi:
                 yi_bu_sandhi(words)

@@ -48,12 +48,17 @@ _CURRENCY_UNITS_AFTER_PREFIX = frozenset({"元", "块", "美元", "美金", "港
 class Emitter:
     """Collects output characters with the position (in the preprocessed text) of the input they came from."""
 
-    __slots__ = ("chars", "positions", "warnings")
+    __slots__ = ("chars", "positions", "readings", "warnings")
 
     def __init__(self) -> None:
         self.chars: list[str] = []
         self.positions: list[int] = []
         self.warnings: list[tuple[str, int]] = []
+        self.readings: dict[int, str] = {}  # output index → the syllable it must be read as (say-as name)
+
+    def read_as(self, index: int, syllable: str) -> None:
+        """Output char ``index`` (not emitted yet, or already) must be read as ``syllable`` (TONE3)."""
+        self.readings[index] = syllable
 
     def text(self, text: str, pos: int) -> None:
         """Append Hanzi ``text``, every char attributed to ``pos``."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 import unicodedata
 from fractions import Fraction
 
@@ -356,3 +357,25 @@ class Scanner(NumberReader):
             return i + 1
         self.em.warn(f"skipped unsupported character {c!r} (U+{ord(c):04X})", i)
         return i + 1
+
+
+def pieces(sc: Scanner, start: int, end: int, pattern: re.Pattern[str], read: Callable[[re.Match[str]], bool]) -> bool:
+    """Read every ``pattern`` match in s[start:end] with ``read``; the text between goes to the generic rules.
+
+    Returns whether ``read`` accepted at least one match.
+    """
+    cursor = start
+    found = False
+    for m in pattern.finditer(sc.s, start, end):
+        if not m.group():
+            continue
+        if cursor < m.start():
+            sc.run(cursor, m.start())
+        if read(m):
+            found = True
+        else:
+            sc.run(m.start(), m.end())
+        cursor = m.end()
+    if cursor < end:
+        sc.run(cursor, end)
+    return found

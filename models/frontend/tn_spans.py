@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 from models.frontend import verbalize as vb
 from models.frontend.tn_core import Num, is_digit
-from models.frontend.tn_rules import Scanner
+from models.frontend.tn_rules import Scanner, pieces
+from models.frontend.tn_say_as import READERS as SAY_AS_READERS
 from models.frontend.tn_tables import (
     HANZI_CHAR_RE,
     CURRENCY_PREFIX_RE,
@@ -34,28 +35,6 @@ _TIME_RE = re.compile(
 _SCORE_RE = re.compile(r"(?P<a>[0-9]+) ?[:：比-] ?(?P<b>[0-9]+)")
 
 
-def _pieces(sc: Scanner, start: int, end: int, pattern: re.Pattern[str], read: Callable[[re.Match[str]], bool]) -> bool:
-    """Read every ``pattern`` match in s[start:end] with ``read``; the text between goes to the generic rules.
-
-    Returns whether ``read`` accepted at least one match.
-    """
-    cursor = start
-    found = False
-    for m in pattern.finditer(sc.s, start, end):
-        if not m.group():
-            continue
-        if cursor < m.start():
-            sc.run(cursor, m.start())
-        if read(m):
-            found = True
-        else:
-            sc.run(m.start(), m.end())
-        cursor = m.end()
-    if cursor < end:
-        sc.run(cursor, end)
-    return found
-
-
 def _telephone(sc: Scanner, start: int, end: int) -> bool:
     """Phone numbers digit by digit: +86 read as 加八六, groups as written or by the phone heuristic."""
     def read(m: re.Match[str]) -> bool:
@@ -70,7 +49,7 @@ def _telephone(sc: Scanner, start: int, end: int) -> bool:
         sc.code_groups(text, pos, "telephone")
         return True
 
-    return _pieces(sc, start, end, _PHONE_RE, read)
+    return pieces(sc, start, end, _PHONE_RE, read)
 
 
 def _digits(sc: Scanner, start: int, end: int) -> bool:
@@ -80,7 +59,7 @@ def _digits(sc: Scanner, start: int, end: int) -> bool:
         sc.digits(m.group(), m.start())
         return True
 
-    return _pieces(sc, start, end, _ALNUM_RE, read)
+    return pieces(sc, start, end, _ALNUM_RE, read)
 
 
 def _code(kind: str) -> Callable[[Scanner, int, int], bool]:
@@ -101,7 +80,7 @@ def _code(kind: str) -> Callable[[Scanner, int, int], bool]:
                 sc.code_groups(text, m.start(), kind)
             return True
 
-        return _pieces(sc, start, end, _ALNUM_RE, read)
+        return pieces(sc, start, end, _ALNUM_RE, read)
 
     return reader
 
@@ -117,7 +96,7 @@ def _cardinal(sc: Scanner, start: int, end: int) -> bool:
             sc.run(num.end, m.end())
         return True
 
-    return _pieces(sc, start, end, _NUMBER_TOKEN_RE, read)
+    return pieces(sc, start, end, _NUMBER_TOKEN_RE, read)
 
 
 _NUMBER_TOKEN_RE = re.compile(r"[-−]?[0-9][0-9,]*(?:\.[0-9]+)?")
@@ -184,7 +163,7 @@ def _date(sc: Scanner, start: int, end: int) -> bool:
             return True
         return False
 
-    return _pieces(sc, start, end, _DATE_TOKEN_RE, read)
+    return pieces(sc, start, end, _DATE_TOKEN_RE, read)
 
 
 _DATE_TOKEN_RE = re.compile(r"[0-9][0-9 ./年月日号-]*")
@@ -205,7 +184,7 @@ def _time(sc: Scanner, start: int, end: int) -> bool:
         sc.em.text(vb.read_clock(hour, minute, second, sc.o.half_hour), m.start())
         return True
 
-    return _pieces(sc, start, end, _TIME_RE, read)
+    return pieces(sc, start, end, _TIME_RE, read)
 
 
 def _score(sc: Scanner, start: int, end: int) -> bool:
@@ -216,7 +195,7 @@ def _score(sc: Scanner, start: int, end: int) -> bool:
         sc.em.text("比" + vb.read_cardinal(m.group("b"), liang=False), m.start("b"))
         return True
 
-    return _pieces(sc, start, end, _SCORE_RE, read)
+    return pieces(sc, start, end, _SCORE_RE, read)
 
 
 def _characters(sc: Scanner, start: int, end: int) -> bool:
@@ -248,6 +227,7 @@ def _verbatim(sc: Scanner, start: int, end: int) -> bool:
 
 
 _READERS: dict[str, Callable[[Scanner, int, int], bool]] = {
+    **SAY_AS_READERS,
     "telephone": _telephone,
     "digits": _digits,
     "cardinal": _cardinal,
@@ -277,4 +257,4 @@ def read_span(sc: Scanner, kind: str, start: int, end: int) -> None:
         sc.run(start, end)
 
 
-__all__ = ["SPAN_KINDS", "read_span"]
+__all__ = ["SPAN_KINDS", "pieces", "read_span"]

@@ -1,4 +1,5 @@
-"""The SSML parser's target: expat's callbacks (start, end, data) turned into events, with positions and limits."""
+"""The SSML parser's handlers: expat's callbacks (start, end, data) turned into events, with positions, namespace
+prefixes and limits."""
 
 from __future__ import annotations
 
@@ -7,15 +8,17 @@ from service.ssml.model import Cut, Event, ProsodyAt, SsmlError, SsmlLimits, Ssm
 from service.ssml.values import ValueProblem
 
 SSML_NS = "http://www.w3.org/2001/10/synthesis"
-_XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
-#: Elements whose content is spoken as ordinary text (their own effect is applied or warned about).
+_XML_NS = "http://www.w3.org/XML/1998/namespace"
+#: Elements whose content is spoken as ordinary text (their own effect is applied or warned about); emotion
+#: (Aliyun), par, seq and media (Google) and word (Tencent) are vendor elements without a namespace.
 _INLINE = frozenset({"speak", "p", "s", "paragraph", "sentence", "lang", "emphasis", "audio", "voice", "w", "token",
-                     "lookup", "prosody"})
+                     "lookup", "prosody", "emotion", "par", "seq", "media", "word"})
 #: Elements whose content is never spoken.
 _SILENT = frozenset({"meta", "metadata", "desc", "lexicon"})
 #: Elements whose text is collected whole before it is released (their span or replacement needs all of it).
 _ATOMIC = frozenset({"say-as", "sub", "phoneme"})
-_EMPTY = frozenset({"break", "mark"})
+#: Empty elements: bookmark is Azure's mark, soundEvent Aliyun's inserted sound.
+_EMPTY = frozenset({"break", "mark", "bookmark", "soundEvent"})
 SUPPORTED = sorted(_INLINE | _SILENT | _ATOMIC | _EMPTY)
 _MAX_WARNINGS = 32
 
@@ -62,11 +65,13 @@ class Builder(ElementHandlers):
         line, column = at or self.where()
         return SsmlError(message, line, column)
 
-    def warn(self, code: str, message: str, once: bool = False) -> None:
+    def warn(self, code: str, message: str, once: bool = False, once_key: str = "") -> None:
+        """An in-band warning at the current position; ``once``: only the first per code (and ``once_key``)."""
         if once:
-            if code in self.warned:
+            key = f"{code}:{once_key}"
+            if key in self.warned:
                 return
-            self.warned.add(code)
+            self.warned.add(key)
         self.n_warnings += 1
         if self.n_warnings > _MAX_WARNINGS:
             if self.n_warnings == _MAX_WARNINGS + 1:
@@ -124,7 +129,7 @@ class Builder(ElementHandlers):
         self.prosody_emitted = self.prosody_wanted
         self._emit(ProsodyAt(self.position(), *self.prosody_wanted))
 
-    # -- the target interface (xml.etree.ElementTree.XMLParser calls these) -------------------------------
+    # -- the handlers pyexpat calls (start and end tags as written, prefixes unresolved; character data) ----------
 
     def start(self, tag: str, attrib: dict[str, str]) -> None:
         at = self.where()
@@ -135,35 +140,43 @@ class Builder(ElementHandlers):
             raise self.fail(f"elements nest deeper than {self.limits.max_depth} levels; flatten the markup")
         for key, value in attrib.items():
             if len(value) > self.limits.max_attr_chars:
-                raise self.fail(f"attribute {key.split('}')[-1]} is longer than {self.limits.max_attr_chars} "
-                                "characters; shorten it")
-        ns, _, local = tag[1:].partition("}") if tag.startswith("{") else ("", "", tag)
+                raise self.fail(f"attribute {key} is longer than {self.limits.max_attr_chars} characters; shorten it")
         parent = self.stack[-1] if self.stack else None
+        prefixes = parent.prefixes if parent else {"xml": _XML_NS}
+        declared = {k: v for k, v in attrib.items() if k == "xmlns" or k.startswith("xmlns:")}
+        if declared:
+            prefixes = {**prefixes, **{k.partition(":")[2]: v for k, v in declared.items()}}
+            attrib = {k: v for k, v in attrib.items() if k not in declared}
+        prefix, _, local = tag.rpartition(":")
+        ns = prefixes.get(prefix) if prefix else prefixes.get("", "")
         rate = parent.rate if parent else self.base_rate
         volume = parent.volume_db if parent else self.base_volume_db
-        frame = Frame(local, at[0], at[1], rate, volume, silent=bool(parent and parent.silent))
+        frame = Frame(local, at[0], at[1], rate, volume, silent=bool(parent and parent.silent), tag=tag,
+                      prefixes=prefixes)
+        ours = ns in ("", SSML_NS)
         if not self.root_seen:
-            if local != "speak" or ns not in ("", SSML_NS):
-                raise self.fail(f"the root element is <{local}>; an SSML document is one <speak> element")
+            if local != "speak" or not ours:
+                raise self.fail(f"the root element is <{tag}>; an SSML document is one <speak> element")
             self.root_seen = True
-        elif local == "speak" and ns in ("", SSML_NS):
+        elif local == "speak" and ours and not (parent and parent.name == "media"):
             raise self.fail("<speak> inside <speak>; use <p>, <s> or <voice> to structure the text")
         if self.held is not None:
-            raise self.fail(f"<{local}> inside <{self.stack[-1].name}>, which holds text only; move it outside")
+            raise self.fail(f"<{tag}> inside <{self.stack[-1].tag}>, which holds text only; move it outside")
         if frame.silent:  # inside <meta>, <desc>...: nothing in there is spoken or applied
             frame.name = ""
             self.stack.append(frame)
             return
-        if ns not in ("", SSML_NS):
-            self.warn("ssml_element_ignored", f"element <{local}> of namespace {ns} is not supported; "
-                                              "its text is spoken")
+        if not ours:
+            where = (f"its prefix {prefix}: is not declared" if ns is None else f"namespace {ns}")
+            self.warn("ssml_element_ignored", f"<{tag}> ({where}) is not supported; its text, if any, is spoken",
+                      once=True, once_key=tag)
             frame.name = ""
             self.stack.append(frame)
             return
         handler = getattr(self, "_start_" + local.replace("-", "_"), None)
         if local not in SUPPORTED or handler is None:
-            raise self.fail(f"unsupported element <{local}>; supported: {', '.join(SUPPORTED)}")
-        lang = attrib.get(_XML_LANG)
+            raise self.fail(f"unsupported element <{tag}>; supported: {', '.join(SUPPORTED)}")
+        lang = attrib.get("xml:lang")
         if lang and lang.split("-")[0].lower() not in ("zh", "cmn"):
             self.warn("ssml_language_ignored", f'xml:lang="{lang}": the voice speaks Mandarin only; the text is '
                                                "read as Mandarin")
@@ -189,7 +202,14 @@ class Builder(ElementHandlers):
         frame = self.stack[-1]
         if frame.name in _EMPTY:
             if text.strip():
-                raise self.fail(f"<{frame.name}> is empty; move the text after it")
+                # at the first character that is not a space, however the data was split
+                lead = text[:len(text) - len(text.lstrip())]
+                line, column = self.where()
+                if "\n" in lead:
+                    line, column = line + lead.count("\n"), len(lead) - lead.rfind("\n")
+                else:
+                    column += len(lead)
+                raise self.fail(f"<{frame.tag}> is empty; move the text after it", (line, column))
             return
         if frame.alias is not None:
             return  # <sub>: the written form is replaced by the alias

@@ -3,12 +3,15 @@ phoneme, prosody, and the elements that are only warned about)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
 from models.frontend.g2p import Lexicon, LexiconError
 from models.frontend.normalize import Span
 from service.ssml.model import MarkAt, Phoneme, TextPiece
 from service.ssml.values import (
+    DATE_FORMATS,
+    DURATION_FORMATS,
     PINYIN_ALPHABETS,
     RATE_MAX,
     RATE_MIN,
@@ -16,13 +19,22 @@ from service.ssml.values import (
     VOLUME_MAX_DB,
     VOLUME_MIN_DB,
     ValueProblem,
+    aliyun_rate,
+    aliyun_volume_db,
     break_ms,
     clamp,
+    pinyin_syllables,
     prosody_rate,
     prosody_volume,
 )
 
 _EMPHASIS_LEVELS = frozenset({"strong", "moderate", "none", "reduced"})
+#: <speak> attributes that change nothing here (W3C's, and Aliyun's audio options).
+_SPEAK_NEUTRAL = frozenset({"version", "xml:lang", "xml:base", "xmlns", "onlogicerror"})
+#: ph that can only be tone-numbered pinyin ("chao2 yang2", "chao2yang2").
+_TONE_PINYIN_RE = re.compile(r"(?:[a-zv:ü]+[1-5][\s'-]*)+")
+#: A Polly time: minutes and seconds written 1'21" (a duration, not a clock time).
+_POLLY_DURATION_RE = re.compile(r"\s*(?:\d+')?\s*(?:\d+(?:\.\d+)?\")?\s*")
 
 
 @dataclass
@@ -39,6 +51,8 @@ class Frame:
     alias: str | None = None  # sub
     pinyin: str | None = None  # phoneme with a pinyin alphabet
     silent: bool = False  # content not spoken
+    tag: str = ""  # the element's name as written (with its prefix), for messages
+    prefixes: dict[str, str] = field(default_factory=dict)  # namespace prefixes in force: prefix → URI
 
 
 class ElementHandlers:
@@ -46,7 +60,35 @@ class ElementHandlers:
     owns the state they use: the open elements, the released text, the limits, cut/warn/emit)."""
 
     def _start_speak(self, frame: Frame, attrib: dict[str, str]) -> None:
-        pass
+        """The root: Aliyun puts the document's rate, volume and pitch here (integers, not W3C values)."""
+        if len(self.stack) > 1:
+            return  # a <speak> inside Google's <media>: its text is spoken in document order
+        rate, volume = frame.rate, frame.volume_db
+        if "rate" in attrib:
+            factor = aliyun_rate(attrib["rate"])
+            try:
+                wanted = factor * rate if factor is not None else prosody_rate(attrib["rate"], rate)
+            except ValueProblem:
+                raise ValueProblem(f'speak rate="{attrib["rate"]}" is not a rate; Aliyun\'s rate is an integer '
+                                   "-500 to 500 (0 = the normal rate), or use <prosody rate>") from None
+            rate = clamp(wanted, RATE_MIN, RATE_MAX)
+            if rate != wanted:
+                self.warn("ssml_rate_clamped", f'speak rate="{attrib["rate"]}" is {wanted:g} × the normal rate; '
+                                               f"clamped to {rate:g} (the range is {RATE_MIN:g}-{RATE_MAX:g})")
+        if "volume" in attrib:
+            gain = aliyun_volume_db(attrib["volume"])
+            volume = None if gain is None or volume is None else clamp(volume + gain, VOLUME_MIN_DB, VOLUME_MAX_DB)
+        ignored = sorted(k for k in attrib if k not in _SPEAK_NEUTRAL and k not in ("rate", "volume") and ":" not in k)
+        if "pitch" in attrib:
+            self.warn("ssml_prosody_ignored", f'speak pitch="{attrib["pitch"]}" is not supported (the voice has '
+                                              "one pitch); rate and volume are")
+            ignored.remove("pitch")
+        if ignored:
+            self.warn("ssml_attribute_ignored", f"speak {', '.join(ignored)}: not supported here (the session's "
+                                                "voice and audio format apply); the text is spoken")
+        if (rate, volume) != (frame.rate, frame.volume_db):
+            frame.rate, frame.volume_db = rate, volume
+            self.prosody_wanted = (rate, volume)
 
     def _start_p(self, frame: Frame, attrib: dict[str, str]) -> None:
         self.cut(0, "paragraph")
@@ -85,20 +127,43 @@ class ElementHandlers:
             raise ValueProblem('<mark> needs a name: <mark name="after-greeting"/>')
         self._emit(MarkAt(self.position(), name))
 
+    def _start_bookmark(self, frame: Frame, attrib: dict[str, str]) -> None:
+        """Azure's mark: <bookmark mark="name"/>."""
+        name = attrib.get("mark")
+        if not name:
+            raise ValueProblem('<bookmark> needs a mark: <bookmark mark="after-greeting"/>')
+        self._emit(MarkAt(self.position(), name))
+
+    def _start_soundEvent(self, frame: Frame, attrib: dict[str, str]) -> None:  # noqa: N802 (Aliyun's name)
+        self.warn("ssml_audio_not_played", f'<soundEvent src="{attrib.get("src", "")}"> is not played (no audio '
+                                           "is fetched)")
+
     def _start_say_as(self, frame: Frame, attrib: dict[str, str]) -> None:
         interpret = attrib.get("interpret-as")
         if not interpret:
             raise ValueProblem('<say-as> needs interpret-as, e.g. <say-as interpret-as="telephone">')
-        kind = SAY_AS_KINDS.get(interpret.strip().lower())
+        key = interpret.strip().lower()
+        kind = SAY_AS_KINDS.get(key)
         if kind is None:
             self.warn("ssml_say_as_ignored", f'say-as interpret-as="{interpret}" is not supported (supported: '
                                              f'{", ".join(sorted(SAY_AS_KINDS))}); the text is read normally')
-        fmt = attrib.get("format", "")
-        if kind == "date" and fmt and fmt.lower() not in ("ymd", "ym", "md", "y", "m", "d"):
-            self.warn("ssml_say_as_format", f'say-as date format="{fmt}" is not supported; dates are read as '
-                                            "year-month-day (write 2026-11-22)")
+        fmt = (attrib.get("format") or "").strip().lower()
+        if kind == "date" and fmt:
+            order = "".join(c for i, c in enumerate(fmt) if c in "ymd" and c not in fmt[:i])
+            if order in DATE_FORMATS and set(fmt) <= set("ymd-/. "):
+                kind = f"date_{order}"
+            else:
+                self.warn("ssml_say_as_format", f'say-as date format="{fmt}" is not supported (use one of '
+                                                f'{", ".join(DATE_FORMATS)}); the date is read year-month-day')
+        elif kind == "duration" and fmt:
+            order = fmt.replace(":", "")
+            if order in DURATION_FORMATS:
+                kind = f"duration_{order}"
+            else:
+                self.warn("ssml_say_as_format", f'say-as duration format="{fmt}" is not supported (use hms, hm '
+                                                "or ms); 3 parts are read h:m:s, 2 parts m:s")
         frame.kind = kind
-        frame.ordinal = interpret.strip().lower() == "ordinal"
+        frame.ordinal = key == "ordinal"
         self.held = []
 
     def _end_say_as(self, frame: Frame) -> None:
@@ -109,9 +174,12 @@ class ElementHandlers:
             text = text[:lead] + "第" + text[lead:]
         if not text[lead:]:
             return
+        kind = frame.kind
+        if kind == "time" and ("'" in text or '"' in text) and _POLLY_DURATION_RE.fullmatch(text):
+            kind = "duration"  # Polly's time is a duration in minutes and seconds: 1'21"
         self.flush_text()
         start = self.text_len
-        spans = (Span(start + lead, start + len(text), frame.kind),) if frame.kind else ()
+        spans = (Span(start + lead, start + len(text), kind),) if kind else ()
         self.events.append(TextPiece(start, text, spans=spans))
         self.text_len += len(text)
 
@@ -127,13 +195,18 @@ class ElementHandlers:
     def _start_phoneme(self, frame: Frame, attrib: dict[str, str]) -> None:
         alphabet = (attrib.get("alphabet") or "").strip().lower()
         ph = attrib.get("ph")
+        if ph is None and "py" in attrib:  # <phoneme py="shan4">: pinyin without an alphabet
+            ph, alphabet = attrib["py"], "py"
         if ph is None:
             raise ValueProblem('<phoneme> needs ph: <phoneme alphabet="pinyin" ph="chao2 yang2">朝阳</phoneme>')
+        if not alphabet and _TONE_PINYIN_RE.fullmatch(ph.strip().lower()):
+            alphabet = "pinyin"  # no alphabet, but tone-numbered pinyin: what every Mandarin vendor means
         if alphabet not in PINYIN_ALPHABETS:
             self.warn("ssml_phoneme_ignored", f'phoneme alphabet="{alphabet or "(none)"}" is not supported; use '
-                                              'alphabet="pinyin" with tone numbers; the text is read normally')
+                                              'alphabet="pinyin" (or py, sapi, x-amazon-pinyin) with tone numbers; '
+                                              "the text is read normally")
             return
-        frame.pinyin = " ".join(ph.split())
+        frame.pinyin = pinyin_syllables(ph)
         self.held = []
 
     def _end_phoneme(self, frame: Frame) -> None:
@@ -167,7 +240,7 @@ class ElementHandlers:
                 self.warn("ssml_volume_clamped", f'prosody volume="{attrib["volume"]}" is {wanted_db:+g} dB; '
                                                  f"clamped to {volume:+g} dB (the range is {VOLUME_MIN_DB:+g} to "
                                                  f"{VOLUME_MAX_DB:+g} dB)")
-        for ignored in ("pitch", "contour", "range", "duration"):
+        for ignored in ("pitch", "contour", "range", "duration", *(k for k in attrib if ":" in k)):
             if ignored in attrib:
                 self.warn("ssml_prosody_ignored", f"prosody {ignored} is not supported; rate and volume are")
         frame.rate, frame.volume_db = rate, volume
@@ -205,4 +278,14 @@ class ElementHandlers:
     def _start_lang(self, frame: Frame, attrib: dict[str, str]) -> None:
         pass
 
-    _start_w = _start_token = _start_lang
+    _start_w = _start_token = _start_word = _start_lang
+
+    def _start_emotion(self, frame: Frame, attrib: dict[str, str]) -> None:
+        self.warn("ssml_element_ignored", "<emotion> is not supported (the voice has one style); its text is "
+                                          "spoken", once=True, once_key="emotion")
+
+    def _start_par(self, frame: Frame, attrib: dict[str, str]) -> None:
+        self.warn("ssml_element_ignored", f"<{frame.tag}> is not supported (nothing is mixed or timed); the text "
+                                          "in it is spoken in document order", once=True, once_key=frame.tag)
+
+    _start_seq = _start_media = _start_par

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
-from xml.etree.ElementTree import ParseError
+import re
+from xml.parsers import expat
 
 from defusedxml import DefusedXmlException
-from defusedxml.ElementTree import DefusedXMLParser
+from defusedxml.common import DTDForbidden, EntitiesForbidden, ExternalReferenceForbidden
 
 from service.ssml.builder import SSML_NS, Builder
 from service.ssml.model import Event, SsmlDocument, SsmlError, SsmlLimits
@@ -15,7 +16,7 @@ from service.ssml.values import BREAK_STRENGTH_MS
 log = logging.getLogger(__name__)
 
 _EXPAT_HINTS = (
-    ("mismatched tag", "close elements in the reverse order of opening them (</say-as> before </s>)"),
+    ("mismatched tag", "close elements in the reverse order of opening them"),
     ("undefined entity", "only &amp; &lt; &gt; &quot; &apos; and numeric references like &#x4E2D; exist; "
                          "write a literal & as &amp;"),
     ("junk after document element", "put all the text and markup inside one <speak> element"),
@@ -24,9 +25,8 @@ _EXPAT_HINTS = (
     ("not well-formed", "write < as &lt; and & as &amp; in text, and check the tag's syntax"),
     ("syntax error", "the document must start with <speak> (an <?xml ...?> declaration may come first)"),
     ("duplicate attribute", "give each attribute once"),
-    ("unbound prefix", "declare the namespace prefix (xmlns:x=\"...\") or drop it"),
 )
-
+_END_TAG_RE = re.compile(r"</\s*([^\s>/]+)")
 
 
 class SsmlStream:
@@ -42,9 +42,9 @@ class SsmlStream:
                  base_volume_db: float | None = 0.0) -> None:
         self.limits = limits or SsmlLimits()
         self._builder = Builder(self.limits, base_rate, base_volume_db)
-        self._parser = DefusedXMLParser(target=self._builder, forbid_dtd=True, forbid_entities=True,
-                                        forbid_external=True)
-        self._builder.expat = self._parser.parser
+        self._parser = _hardened_expat(self._builder)
+        self._builder.expat = self._parser
+        self._fed: list[str] = []  # the document so far (at most max_chars): error messages quote its tags
         self._fed_chars = 0
         self._line, self._column = 1, 1  # position after the input fed so far (for the size limit)
         self._failed: SsmlError | None = None
@@ -70,8 +70,9 @@ class SsmlStream:
             return self._failing(SsmlError(f"the document is longer than {self.limits.max_chars} characters; "
                                            "split it into several turns", self._line, self._column))
         self._fed_chars += len(delta)
+        self._fed.append(delta)
         self._advance_position(delta)
-        return self._run(lambda: self._parser.feed(delta))
+        return self._run(lambda: self._parser.Parse(delta, False))
 
     def close(self) -> list[Event]:
         """The document is complete: raises SsmlError when it is not well-formed; returns the last events."""
@@ -80,15 +81,17 @@ class SsmlStream:
         if self._closed:
             return []
         self._closed = True
-        return self._run(self._parser.close)
+        return self._run(lambda: self._parser.Parse("", True))
 
     def _run(self, step) -> list[Event]:
         b = self._builder
         try:
             step()
-        except ParseError as exc:
-            line, offset = exc.position
-            return self._failing(SsmlError(_explain(str(exc)), line, offset + 1))
+        except expat.ExpatError as exc:
+            hint = self._open_tags_hint(exc)
+            core = expat.ErrorString(exc.code)
+            message = f"{core}: {hint}" if hint.startswith("</") else _explain(core) + hint
+            return self._failing(SsmlError(message, exc.lineno, exc.offset + 1))
         except DefusedXmlException as exc:
             line, column = b.where()
             return self._failing(SsmlError(
@@ -100,6 +103,37 @@ class SsmlStream:
         events, b.events = b.events, []
         self.document.add(events)
         return events
+
+    def _open_tags_hint(self, exc: expat.ExpatError) -> str:
+        """The document's own tags for a nesting error: which element is still open, which end tag came instead."""
+        open_tags = list(self._builder.stack)
+        if not open_tags:
+            return ""
+        inner = open_tags[-1]
+        inner_at = f"<{inner.tag}> (line {inner.line}, column {inner.column})"
+        if exc.code == expat.errors.codes[expat.errors.XML_ERROR_TAG_MISMATCH]:
+            found = _END_TAG_RE.match(self._text_at(exc.lineno, exc.offset - 2) or "")
+            closing = found.group(1) if found else "?"
+            if any(f.tag == closing for f in open_tags):
+                return (f"</{closing}> comes while {inner_at} is still open; close elements in the reverse order "
+                        f"of opening them: </{inner.tag}> before </{closing}>")
+            return (f"</{closing}> closes no open element; the innermost open element is {inner_at}: "
+                    f"close it with </{inner.tag}> or remove </{closing}>")
+        if exc.code in (expat.errors.codes[expat.errors.XML_ERROR_NO_ELEMENTS],
+                        expat.errors.codes[expat.errors.XML_ERROR_UNCLOSED_TOKEN]):
+            still = ", ".join(f"<{f.tag}> (line {f.line}, column {f.column})" for f in reversed(open_tags))
+            return f"; still open: {still}"
+        return ""
+
+    def _text_at(self, line: int, offset: int) -> str | None:
+        """The fed document from 1-based ``line``, 0-based ``offset`` on (None when outside it)."""
+        text = "".join(self._fed)
+        start = 0
+        for _ in range(line - 1):
+            start = text.find("\n", start) + 1
+            if start == 0:
+                return None
+        return text[start + offset:] if offset >= 0 else None
 
     def _failing(self, error: SsmlError) -> list[Event]:
         self._failed = error
@@ -113,6 +147,34 @@ class SsmlStream:
             self._column = len(text) - text.rfind("\n")
         else:
             self._column += len(text)
+
+
+def _hardened_expat(builder: Builder) -> expat.XMLParserType:
+    """A pyexpat parser without namespace processing (the Builder resolves prefixes, so an undeclared vendor
+    prefix such as amazon: is a warning, not a failure) that refuses DTDs, entity declarations and external
+    references as defusedxml does."""
+    parser = expat.ParserCreate()
+
+    def no_dtd(name, sysid, pubid, has_internal_subset):
+        raise DTDForbidden(name, sysid, pubid)
+
+    def no_entity(name, is_parameter_entity, value, base, sysid, pubid, notation_name):
+        raise EntitiesForbidden(name, value, base, sysid, pubid, notation_name)
+
+    def no_unparsed_entity(name, base, sysid, pubid, notation_name):
+        raise EntitiesForbidden(name, None, base, sysid, pubid, notation_name)
+
+    def no_external(context, base, sysid, pubid):
+        raise ExternalReferenceForbidden(context, base, sysid, pubid)
+
+    parser.StartDoctypeDeclHandler = no_dtd
+    parser.EntityDeclHandler = no_entity
+    parser.UnparsedEntityDeclHandler = no_unparsed_entity
+    parser.ExternalEntityRefHandler = no_external
+    parser.StartElementHandler = builder.start
+    parser.EndElementHandler = builder.end
+    parser.CharacterDataHandler = builder.data
+    return parser
 
 
 def _explain(expat_message: str) -> str:

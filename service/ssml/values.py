@@ -29,9 +29,24 @@ SAY_AS_KINDS = {
     "characters": "characters", "spell-out": "characters", "letters": "characters",
     "verbatim": "verbatim",
     "x-verification-code": "verification_code", "x-id-card": "id_card", "x-bank-card": "bank_card",
+    # vendor values: Azure number_digit, Aliyun id and punctuation (read character by character)
+    "number_digit": "digits", "id": "characters", "punctuation": "characters",
+    "name": "name", "address": "address", "fraction": "fraction", "measure": "measure", "unit": "measure",
+    "duration": "duration",
 }
-PINYIN_ALPHABETS = frozenset({"pinyin", "x-pinyin", "x-amazon-pinyin", "sapi-pinyin"})
+#: say-as date formats (W3C Note, Azure, Polly, Google with repeated letters like yyyymmdd) → span kinds.
+DATE_FORMATS = ("ymd", "mdy", "dmy", "ydm", "ym", "my", "md", "dm", "y", "m", "d")
+#: say-as duration formats (Azure hms/hm/ms, Google h:m:s/h:m/m:s) → span kinds.
+DURATION_FORMATS = ("hms", "hm", "ms")
+#: Pinyin with tone numbers: W3C-style names, Aliyun and Tencent (py), Polly (x-amazon-pinyin), Azure (sapi).
+PINYIN_ALPHABETS = frozenset({"pinyin", "x-pinyin", "x-amazon-pinyin", "sapi-pinyin", "py", "sapi",
+                              "x-microsoft-sapi"})
 
+_TONE_MARKS = {m: (base, tone) for base, marks in (("a", "āáǎà"), ("e", "ēéěè"), ("i", "īíǐì"), ("o", "ōóǒò"),
+                                                   ("u", "ūúǔù"), ("v", "ǖǘǚǜ"))
+               for tone, m in enumerate(marks, start=1)}
+_SYLLABLE_RE = re.compile(r"[a-zv]+[1-5]?|[1-5]")
+_SYLLABLES_RE = re.compile(r"(?:[a-zv]+[1-5])*[a-zv]*|[1-5]")
 _TIME_RE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s)\s*")
 _PERCENT_RE = re.compile(r"\s*([+-]?)(\d+(?:\.\d*)?|\.\d+)\s*%\s*")
 _NUMBER_RE = re.compile(r"\s*([+-]?)(\d+(?:\.\d*)?|\.\d+)\s*")
@@ -93,6 +108,55 @@ def prosody_volume(value: str, enclosing: float | None) -> float | None:
         f'prosody volume="{value}" is not a volume; use silent, x-soft, soft, medium, loud, x-loud or a change '
         'in decibels ("+6dB", "-3dB")'
     )
+
+
+def pinyin_syllables(ph: str) -> str:
+    """A vendor's pinyin as voxpool's tone-numbered syllables, space-separated: "chao2 yang2" as is, Polly's
+    "chao2yang2", Azure SAPI's "chao 2 yang 2", tone marks ("cháo yáng", unmarked = neutral tone 5), ü as v."""
+    text = ph.strip().lower().replace("u:", "v").replace("ü", "v")
+    marked = any(c in _TONE_MARKS for c in text)
+    out: list[str] = []
+    for run in re.split(r"[\s'’\-·.,]+", text):
+        if not run:
+            continue
+        if marked:
+            tones = [_TONE_MARKS[c][1] for c in run if c in _TONE_MARKS]
+            if len(tones) > 1:
+                raise ValueProblem(f'phoneme ph="{ph}": "{run}" has {len(tones)} tone marks; separate the '
+                                   "syllables with spaces")
+            plain = "".join(_TONE_MARKS[c][0] if c in _TONE_MARKS else c for c in run)
+            out.append(plain + str(tones[0] if tones else 5))
+            continue
+        if not _SYLLABLES_RE.fullmatch(run):
+            out.append(run)  # not pinyin: kept as written, so the lexicon check names it
+            continue
+        for token in _SYLLABLE_RE.findall(run):
+            if token.isdigit() and out and not out[-1][-1].isdigit():
+                out[-1] += token  # Azure SAPI: the tone is a token of its own ("chao 2")
+            else:
+                out.append(token)
+    return " ".join(out)
+
+
+def aliyun_rate(value: str) -> float | None:
+    """Aliyun's speech rate, an integer -500..500, as a factor 0.5-2.0 (its documented formula: -500 → 0.5×,
+    500 → 2×, factor = 1 / (1 - 0.002·r) below 0 and 1 / (1 - 0.001·r) above); None when it is not one."""
+    m = re.fullmatch(r"\s*([+-]?\d+)\s*", value)
+    if m is None:
+        return None
+    r = max(-500, min(500, int(m.group(1))))
+    return 1.0 / (1.0 - (0.002 if r < 0 else 0.001) * r)
+
+
+def aliyun_volume_db(value: str) -> float | None:
+    """Aliyun's volume, an integer 0..100 (default 50), as a gain: an amplitude ratio to 50 in dB (100 → +6 dB,
+    25 → -6 dB); 0 is silent (None). Raises ValueProblem for anything else."""
+    m = re.fullmatch(r"\s*(\d+)\s*", value)
+    if m is None or int(m.group(1)) > 100:
+        raise ValueProblem(f'speak volume="{value}" is not a volume; Aliyun\'s volume is an integer 0-100 '
+                           "(50 = the voice's level)")
+    level = int(m.group(1))
+    return None if level == 0 else 20.0 * math.log10(level / 50.0)
 
 
 def clamp(value: float, low: float, high: float) -> float:

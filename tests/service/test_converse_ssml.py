@@ -235,7 +235,9 @@ async def test_bad_ssml_fails_its_turn_only(tiny_server):
     errors = of(events, "error")
     assert [(e.code, e.turn_id) for e in errors] == [(pb.Error.INVALID_SSML, "bad")]
     assert "SSML line 2, column" in errors[0].message and "mismatched tag" in errors[0].message
-    assert "close elements in the reverse order" in errors[0].message
+    # the hint names the document's own tags: the stray </s> and the <say-as> still open (where it opened)
+    assert "</s> closes no open element" in errors[0].message
+    assert "<say-as> (line 2, column 5)" in errors[0].message and "close it with </say-as>" in errors[0].message
     assert [d.turn_id for d in of(events, "turn_done")] == ["next"]
 
 
@@ -283,3 +285,64 @@ async def test_synthesize_ssml(tiny_server):
     assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert bad.value.details().startswith("SSML line 2, column 3:") and '"600ms"' in bad.value.details()
     assert spans.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "say-as" in spans.value.details()
+
+
+# SSML written for other platforms (docs/ssml.md, "SSML from other platforms"), through Converse.
+
+def warnings_of(events) -> list[tuple[str, str]]:
+    return [(w.code, w.turn_id) for w in of(events, "warning")]
+
+
+async def test_aliyun_speak_rate_and_volume_sound_as_the_same_prosody(tiny_server):
+    aliyun = await converse(tiny_server.port, ssml_event('<speak rate="-125" volume="25" pitch="100">您好</speak>', "a"))
+    w3c = await converse(tiny_server.port, ssml_event(
+        '<speak><prosody rate="80%" volume="-6.020599913279624dB">您好</prosody></speak>', "a"))
+    plain = await converse(tiny_server.port, ssml_event("<speak>您好</speak>", "a"))
+    assert not of(aliyun, "error") and of(aliyun, "turn_done")
+    assert warnings_of(aliyun) == [("ssml_prosody_ignored", "a")]  # the pitch, said in-band
+    assert_same_l16_frames(speech(aliyun), speech(w3c))
+    assert of(aliyun, "turn_done")[0].audio_ms > of(plain, "turn_done")[0].audio_ms  # 0.8×: longer
+
+
+async def test_polly_effect_without_a_namespace_declaration_is_spoken_with_a_warning(tiny_server):
+    polly = await converse(tiny_server.port, ssml_event(
+        '<speak><amazon:effect name="whispered">您好</amazon:effect></speak>', "a"))
+    plain = await converse(tiny_server.port, text_event("您好", "a"))
+    assert not of(polly, "error") and of(polly, "turn_done")
+    assert warnings_of(polly) == [("ssml_element_ignored", "a")]
+    assert "amazon:effect" in of(polly, "warning")[0].message
+    assert_same_l16_frames(speech(polly), speech(plain))
+
+
+@pytest.mark.parametrize("ssml, plain, lexicon", [
+    ('<speak>您好，<say-as interpret-as="name">单田芳</say-as>。</speak>', "您好，单田芳。", {"单田芳": "shan4 tian2 fang1"}),
+    ('<speak><say-as interpret-as="fraction">11/22</say-as></speak>', "二十二分之十一", {}),
+    ('<speak><say-as interpret-as="date" format="mdy">11/22/2026</say-as></speak>', "2026年11月22日", {}),
+    ('<speak>去<phoneme alphabet="sapi" ph="chao 2 yang 2">朝阳</phoneme>区</speak>', "去朝阳区", {"朝阳": "chao2 yang2"}),
+])
+async def test_vendor_say_as_and_pinyin_read_as_their_plain_equivalent(tiny_server, ssml, plain, lexicon):
+    by_ssml = await converse(tiny_server.port, ssml_event(ssml, "a"))
+    by_plain = await converse(tiny_server.port, text_event(plain, "a"), config=config_event(lexicon=lexicon, **L16))
+    assert not of(by_ssml, "error") and not of(by_ssml, "warning")
+    assert_same_l16_frames(speech(by_ssml), speech(by_plain))
+
+
+async def test_azure_bookmark_reaches_the_client_as_a_mark(tiny_server):
+    doc = ('<speak version="1.0" xmlns="http://www.w3.org/2001/10/synthesis" '
+           'xmlns:mstts="https://www.w3.org/2001/mstts"><mstts:express-as style="cheerful">'
+           '您好<bookmark mark="greeted"/>欢迎</mstts:express-as></speak>')
+    events = await converse(tiny_server.port, ssml_event(doc, "a"))
+    assert [m.name for m in of(events, "mark_reached")] == ["greeted"]
+    assert warnings_of(events) == [("ssml_element_ignored", "a")] and of(events, "turn_done")
+
+
+async def test_a_malformed_vendor_element_is_refused_with_line_and_column(tiny_server):
+    events = await converse(
+        tiny_server.port,
+        ssml_event('<speak>\n<amazon:effect name="whispered">您好</amazon:effec></speak>', "bad"),
+        text_event("欢迎致电。", "next"), flush_event("next"))
+    errors = of(events, "error")
+    assert [(e.code, e.turn_id) for e in errors] == [(pb.Error.INVALID_SSML, "bad")]
+    assert errors[0].message.startswith("SSML line 2, column 37: mismatched tag: </amazon:effec> closes no open")
+    assert "<amazon:effect> (line 2, column 1)" in errors[0].message
+    assert [d.turn_id for d in of(events, "turn_done")] == ["next"]

@@ -169,7 +169,8 @@ def test_foreign_namespace_elements_are_spoken_with_a_warning():
 
 @pytest.mark.parametrize("document, line, column, fix", [
     ("<speak>您好", 1, 10, "close every element"),
-    ("<speak>\n  <s>您好</p></speak>", 2, 10, "reverse order"),
+    ("<speak>\n  <s>您好</p></speak>", 2, 10, "</p> closes no open element; the innermost open element is <s> "
+                                             "(line 2, column 3): close it with </s> or remove </p>"),
     ("<speak>A & B</speak>", 1, 11, "&amp;"),
     ("<speak>1 < 2</speak>", 1, 11, "&lt;"),
     ("<speak>&nbsp;</speak>", 1, 8, "&#x4E2D;"),
@@ -181,7 +182,7 @@ def test_foreign_namespace_elements_are_spoken_with_a_warning():
     ('<speak><say-as interpret-as="digits">1<mark name="m"/>2</say-as></speak>', 1, 39, "move it outside"),
     ("<speak><say-as>12</say-as></speak>", 1, 8, "interpret-as"),
     ("<speak><sub>WHO</sub></speak>", 1, 8, "alias"),
-    ("<speak><break>x</break></speak>", 1, 16, "empty"),
+    ("<speak><break>x</break></speak>", 1, 15, "empty"),
     ('<speak><emphasis level="loud">x</emphasis></speak>', 1, 8, "strong, moderate"),
 ])
 def test_errors_name_line_column_and_the_fix(document, line, column, fix):

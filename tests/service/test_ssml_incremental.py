@@ -18,6 +18,14 @@ DOCS = [
 </speak>""",
     "<speak>\r\n A  b\r\n\r\nc<mark name='x'/> d <break/> e </speak>",
     "<speak><p>Press 1</p><p> for\tsales </p><prosody rate='x-fast'><prosody volume='silent'>嘘</prosody></prosody></speak>",
+    # SSML written for other platforms: Aliyun's speak attributes and py pinyin, Polly's undeclared amazon:, Azure's
+    # sapi pinyin and bookmark, Google's par/media with a nested speak, the extra say-as classes
+    """<speak rate="-125" volume="80" pitch="20">请<say-as interpret-as="name">单田芳</say-as>先生
+  <amazon:effect name="whispered"><phoneme alphabet="py" ph="chao2 yang2">朝阳</phoneme></amazon:effect>
+  <bookmark mark="b1"/><phoneme alphabet="sapi" ph="chang2 an1">长安</phoneme><soundEvent src="x.wav"/>
+  <par><media><speak>金额<say-as interpret-as="fraction">3/4</say-as></speak></media></par>
+  <say-as interpret-as="date" format="mdy">11/22/2026</say-as><emotion category="happy">好的</emotion>
+  <say-as interpret-as="measure">5kg</say-as><say-as interpret-as="duration" format="ms">1:30</say-as></speak>""",
 ]
 
 
@@ -88,7 +96,9 @@ TAGS = ["<speak>", "</speak>", "<s>", "</s>", "<p>", "</p>", "<break time='5s'/>
         "<say-as interpret-as='digits'>", "</say-as>", "<prosody rate='fast'>", "</prosody>", "<sub alias='甲'>",
         "</sub>", "<phoneme alphabet='pinyin' ph='hao3'>", "</phoneme>", "<!DOCTYPE x>", "<!ENTITY a 'b'>",
         "&amp;", "&lol;", "&#0;", "<?xml version='1.0'?>", "<!--", "-->", "<![CDATA[", "]]>", "<", ">", "&", "'",
-        '"', "=", "/"]
+        '"', "=", "/", "<amazon:effect>", "</amazon:effect>", "<mstts:silence/>", "<bookmark mark='b'/>",
+        "<speak rate='100' volume='20'>", "<par>", "</par>", "<media>", "</media>", "<x:y xmlns:x='urn:x'>", "</x:y>",
+        "<say-as interpret-as='name'>", "<phoneme alphabet='sapi' ph='hao 3'>"]
 TOKENS = st.one_of(st.sampled_from(TAGS), st.text(alphabet=string.printable + "您好一二。，", max_size=6))
 
 
