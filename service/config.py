@@ -43,6 +43,7 @@ class ServerConfig:
     admin_port: int = 0  # plaintext port with health + reflection only (probes when the main port is mTLS); 0 = none
     admin_host: str = "127.0.0.1"
     worker_threads: int = 2  # thread pool for the frontend (text → ids) off the event loop
+    engine_stall_s: float = 3.0  # work queued and no engine loop turn for this long: liveness NOT_SERVING; 0 = off
 
 
 @dataclass
