@@ -91,18 +91,18 @@ class VoxpoolServer:
         self.server = grpc.aio.server(options=server_options(cfg), interceptors=build_interceptors(cfg))
         tts_pb2_grpc.add_TtsServicer_to_server(self.servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health.servicer, self.server)
+        # cache: warm and stats RPCs on the serving port, behind the same auth, tenant rules and admission as Tts
+        tts_pb2_grpc.add_CacheAdminServicer_to_server(
+            CacheAdminServicer(self.warmer, self.cache, cfg.cache, self.admission), self.server)
         names = (
             tts_pb2.DESCRIPTOR.services_by_name["Tts"].full_name,
+            tts_pb2.DESCRIPTOR.services_by_name["CacheAdmin"].full_name,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         )
         if cfg.server.reflection:
             reflection.enable_server_reflection(names, self.server)
-        admin_names = (*names, tts_pb2.DESCRIPTOR.services_by_name["CacheAdmin"].full_name)
-        self.admin = admin_server(cfg, self.health.servicer, admin_names)  # health + reflection, plaintext; or None
-        if self.admin is not None:  # cache: warm and stats RPCs, on the admin port only
-            tts_pb2_grpc.add_CacheAdminServicer_to_server(
-                CacheAdminServicer(self.warmer, self.cache, cfg.cache), self.admin)
+        self.admin = admin_server(cfg, self.health.servicer, names)  # health + reflection only, plaintext; or None
         self.admin_port = 0
         self.port = 0
         self.certificates = None  # service.tls.ServerCertificates once started with TLS

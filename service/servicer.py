@@ -145,6 +145,17 @@ class TtsServicer(tts_pb2_grpc.TtsServicer):
         return out
 
     async def Normalize(self, request: pb.NormalizeRequest, context: grpc.aio.ServicerContext) -> pb.NormalizeResponse:
+        try:  # frontend work: it holds a call slot (and counts against the tenant's calls) like a call
+            slot = self.admission.acquire(current_tenant())
+        except ServiceError as exc:
+            await _abort(context, exc)
+            raise
+        try:
+            return await self._normalize(request, context)
+        finally:
+            slot.release()
+
+    async def _normalize(self, request: pb.NormalizeRequest, context: grpc.aio.ServicerContext) -> pb.NormalizeResponse:
         limit = self.deps.cfg.limits.max_synthesize_chars
         if len(request.text) > limit:
             await _abort(context, InvalidArgument(f"text has {len(request.text)} characters; at most {limit}"))
