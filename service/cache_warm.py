@@ -18,6 +18,7 @@ from service.call import CallDeps, CallSession
 from service.errors import InvalidArgument, ServiceError
 from service.servicer import synthesize_events
 from service.session import spans_from_proto
+from service.telemetry.privacy import message_detail
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +141,7 @@ class CacheWarmer:
         out = [results[n] for n in order]
         for r in out:
             if r.outcome != WARMED:
-                log.warning("cache warm-up: line %d %s: %s", r.line_number, r.outcome, r.message)
+                log.warning("cache warm-up: line %d %s: %s", r.line_number, r.outcome, message_detail(r.message))
         return out
 
     async def _warm_one(self, number: int, request: pb.SynthesizeRequest) -> LineResult:

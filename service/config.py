@@ -100,6 +100,7 @@ class TelemetryConfig:
     log_level: str = "INFO"
     json_logs: bool = False
     metrics_port: int = 0  # 0 = no Prometheus endpoint
+    log_caller_text: bool = False  # debugging only: logs may quote caller text in error messages (spans never do)
 
 
 @dataclass

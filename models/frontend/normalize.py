@@ -209,5 +209,5 @@ def normalize(text: str, options: NormalizeOptions = _DEFAULT_OPTIONS, spans: Se
     for message, pos in em.warnings:
         warnings.append(f"{message} at {src[pos] if pos < len(src) else len(text)}")
     if warnings:
-        logger.debug("normalize: %d warnings: %s", len(warnings), "; ".join(warnings))
+        logger.debug("normalize: %d warnings", len(warnings))  # their text quotes the caller's: the caller gets them
     return NormalizedText("".join(em.chars), tuple(source_index), tuple(warnings))
