@@ -18,7 +18,6 @@ from tests.service.conftest import (
     stub_for,
     text_event,
 )
-from tests.service.telemetry_support import free_port
 
 ON = {"enabled": True}
 
