@@ -1,9 +1,10 @@
-"""`voxpool cache warm FILE` and `voxpool cache stats`: the CacheAdmin RPCs of a running server's admin port."""
+"""`voxpool cache warm FILE` and `voxpool cache stats`: the CacheAdmin RPCs of a running server (its serving port)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -14,8 +15,17 @@ from google.protobuf import json_format
 from protos.voxpool.v1 import tts_pb2 as pb
 from protos.voxpool.v1 import tts_pb2_grpc
 
-MAX_LINE_BYTES = 8000  # the admin port accepts messages of at most 8 KiB (service/security.py)
-DEFAULT_ADMIN = "localhost:50052"
+MAX_LINE_BYTES = 60_000  # below the serving port's default message limit (server.max_receive_message_bytes, 64 KiB)
+DEFAULT_SERVER = "localhost:50051"
+TOKEN_ENV = "VOXPOOL_TOKEN"
+
+
+def _connection(p: argparse.ArgumentParser, timeout_s: float) -> None:
+    p.add_argument("--server", default=DEFAULT_SERVER,
+                   help=f"the server's gRPC address (its serving port; default {DEFAULT_SERVER})")
+    p.add_argument("--tls", action="store_true", help="TLS with the system roots (or --ca-file)")
+    p.add_argument("--ca-file", default=None, help="PEM CA bundle to trust (implies --tls)")
+    p.add_argument("--timeout", type=float, default=timeout_s, help=f"seconds to wait (default {timeout_s:g})")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -23,13 +33,24 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="action", required=True)
     w = sub.add_parser("warm", help="synthesize a prompt file's lines into the cache (JSON SynthesizeRequest or text)")
     w.add_argument("file", help="prompt file: one JSON SynthesizeRequest or plain text per line; '#' comments")
-    w.add_argument("--admin", default=DEFAULT_ADMIN, help=f"the server's admin address (server.admin_port; default {DEFAULT_ADMIN})")
-    w.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the report (default 600)")
+    _connection(w, 600.0)
     s = sub.add_parser("stats", help="the cache's counters and size")
-    s.add_argument("--admin", default=DEFAULT_ADMIN, help=f"the server's admin address (default {DEFAULT_ADMIN})")
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    s.add_argument("--timeout", type=float, default=10.0, help="seconds to wait (default 10)")
+    _connection(s, 10.0)
+    p.epilog = f"With security.auth on, the bearer token is read from ${TOKEN_ENV}."
     return p
+
+
+def _channel(args: argparse.Namespace) -> grpc.Channel:
+    if not (args.tls or args.ca_file):
+        return grpc.insecure_channel(args.server)
+    roots = Path(args.ca_file).read_bytes() if args.ca_file else None
+    return grpc.secure_channel(args.server, grpc.ssl_channel_credentials(roots))
+
+
+def _metadata() -> tuple[tuple[str, str], ...]:
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    return (("authorization", f"Bearer {token}"),) if token else ()
 
 
 def _lines(path: Path, too_long: list[int]) -> Iterator[pb.WarmCacheLine]:
@@ -62,9 +83,9 @@ def _warm(stub: tts_pb2_grpc.CacheAdminStub, args: argparse.Namespace) -> int:
     except UnicodeDecodeError as exc:
         print(f"voxpool cache: {path} is not UTF-8 text: {exc}", file=sys.stderr)
         return 2
-    report = stub.WarmCache(iter(lines), timeout=args.timeout)
+    report = stub.WarmCache(iter(lines), timeout=args.timeout, metadata=_metadata())
     names = {pb.WarmLineResult.FAILED: "failed", pb.WarmLineResult.TIMED_OUT: "timed out"}
-    problems = [(n, f"failed: longer than {MAX_LINE_BYTES} bytes (the admin port's limit); split it") for n in too_long]
+    problems = [(n, f"failed: longer than {MAX_LINE_BYTES} bytes (the server's message limit); split it") for n in too_long]
     problems += [(r.line_number, f"{names.get(r.outcome, 'unknown')}: {r.message}")
                  for r in report.lines if r.outcome != pb.WarmLineResult.WARMED]
     for number, message in sorted(problems):
@@ -79,13 +100,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `voxpool cache ...`; 0 = done, 1 = some lines not warmed, 2 = usage or server error."""
     args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        with grpc.insecure_channel(args.admin) as channel:
+        with _channel(args) as channel:
             stub = tts_pb2_grpc.CacheAdminStub(channel)
             if args.action == "warm":
                 return _warm(stub, args)
-            stats = stub.GetCacheStats(pb.CacheStatsRequest(), timeout=args.timeout)
+            stats = stub.GetCacheStats(pb.CacheStatsRequest(), timeout=args.timeout, metadata=_metadata())
+    except OSError as exc:
+        print(f"voxpool cache: {exc}", file=sys.stderr)
+        return 2
     except grpc.RpcError as exc:
-        print(f"voxpool cache: {args.admin}: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        print(f"voxpool cache: {args.server}: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(json_format.MessageToDict(stats, preserving_proto_field_name=True,

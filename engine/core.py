@@ -172,6 +172,10 @@ class EngineCore:
         self._consecutive_failures = 0
         self._iteration = 0
         self._warmup = True
+        # heartbeat: when the loop last finished a turn or went to wait, and whether it is waiting now
+        self._progress_s = now_s()
+        self._loop_turns = 0
+        self._waiting = False
 
     # ------------------------------------------------------------------ thread-safe API
 
@@ -297,6 +301,20 @@ class EngineCore:
         return self._counters.snapshot()
 
     @property
+    def loop_turns(self) -> int:
+        """Loop turns finished so far (busy or idle): the heartbeat a watchdog compares between readings."""
+        return self._loop_turns
+
+    def stalled_for_s(self, now: float | None = None) -> float:
+        """How long the loop has owed progress (engine clock): 0 while it waits for work or has none, or is not
+        serving; else the time since its last loop turn ended. Read-only, any thread."""
+        if self._state not in (_State.RUNNING, _State.DRAINING) or self._waiting:
+            return 0.0
+        if not (self._live or self._inbox or self._cancels):
+            return 0.0
+        return max(0.0, (now_s() if now is None else now) - self._progress_s)
+
+    @property
     def live_count(self) -> int:
         """Requests submitted and not yet ended."""
         return self.gate.count
@@ -329,6 +347,7 @@ class EngineCore:
                 if self._state is _State.DRAINING and not self._live:
                     break
             worked, wake_at = self._iterate()
+            self._beat()
             if worked:
                 continue
             with self._cond:
@@ -337,8 +356,17 @@ class EngineCore:
                 if self._state is _State.DRAINING and not self._live:
                     continue
                 timeout = None if wake_at is None else max(0.0, wake_at - now_s())
-                self._cond.wait(timeout)
+                self._waiting = True
+                try:
+                    self._cond.wait(timeout)
+                finally:
+                    self._waiting = False
+                    self._beat()
         self._shutdown()
+
+    def _beat(self) -> None:
+        self._progress_s = now_s()
+        self._loop_turns += 1
 
     def _take_inbox_locked(self) -> None:
         while self._inbox:

@@ -34,6 +34,7 @@ class Admission:
         self._active = 0
         self._by_tenant: dict[str, int] = {}
         self._accepting = False
+        self._closed_because = ""  # why new calls are refused, when not the default (starting or draining)
         self._rng = rng or random.Random()
 
     @property
@@ -54,9 +55,10 @@ class Admission:
         """Start admitting (after warm-up)."""
         self._accepting = True
 
-    def close(self) -> None:
-        """Stop admitting (drain, engine death)."""
+    def close(self, because: str = "") -> None:
+        """Stop admitting (drain, engine death or stall); `because` replaces the refusal's default message."""
         self._accepting = False
+        self._closed_because = self._closed_because or because
 
     def _pushback_ms(self) -> int:
         return int(self.retry_after_ms * self._rng.uniform(0.5, 1.5))
@@ -65,7 +67,7 @@ class Admission:
         """A slot for a new call, or Unavailable (not accepting) / Overloaded (full, or the tenant at its quota)."""
         if not self._accepting:
             raise Unavailable(
-                "server is not accepting calls (starting or draining); retry on another server",
+                self._closed_because or "server is not accepting calls (starting or draining); retry on another server",
                 retry_after_ms=self._pushback_ms(),
             )
         if self._active >= self.max_calls:

@@ -8,7 +8,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AsyncIterator, Iterable
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
 
 from google.protobuf import json_format
 
@@ -18,6 +18,7 @@ from service.call import CallDeps, CallSession
 from service.errors import InvalidArgument, ServiceError
 from service.servicer import synthesize_events
 from service.session import spans_from_proto
+from service.telemetry.privacy import message_detail
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +94,13 @@ class CacheWarmer:
         self.concurrency = max(1, concurrency)
         self._ids = 0
 
-    async def warm_lines(self, lines: Iterable[tuple[int, str]], timeout_s: float) -> list[LineResult]:
-        """Warm every usable line; results in input order (blank and comment lines have none)."""
+    async def warm_lines(self, lines: Iterable[tuple[int, str]], timeout_s: float,
+                         admit: Callable[[], Awaitable[Any]] | None = None) -> list[LineResult]:
+        """Warm every usable line; results in input order (blank and comment lines have none).
+
+        `admit`: awaited before each line is synthesized, it returns a held call slot (service.admission.CallSlot),
+        released when the line ends; a ServiceError from it fails the line. None: no admission (the warm-up at
+        start, before calls are admitted)."""
         results: dict[int, LineResult] = {}
         jobs: list[tuple[int, pb.SynthesizeRequest]] = []
         order: list[int] = []
@@ -112,7 +118,16 @@ class CacheWarmer:
 
         async def one(number: int, request: pb.SynthesizeRequest) -> None:
             async with gate:
-                results[number] = await self._warm_one(number, request)
+                try:
+                    slot = await admit() if admit is not None else None
+                except ServiceError as exc:
+                    results[number] = LineResult(number, FAILED, exc.message)
+                    return
+                try:
+                    results[number] = await self._warm_one(number, request)
+                finally:
+                    if slot is not None:
+                        slot.release()
 
         tasks = [asyncio.get_running_loop().create_task(one(n, r), name=f"warm-line-{n}") for n, r in jobs]
         if tasks:
@@ -126,7 +141,7 @@ class CacheWarmer:
         out = [results[n] for n in order]
         for r in out:
             if r.outcome != WARMED:
-                log.warning("cache warm-up: line %d %s: %s", r.line_number, r.outcome, r.message)
+                log.warning("cache warm-up: line %d %s: %s", r.line_number, r.outcome, message_detail(r.message))
         return out
 
     async def _warm_one(self, number: int, request: pb.SynthesizeRequest) -> LineResult:

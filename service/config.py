@@ -45,6 +45,7 @@ class ServerConfig:
     admin_port: int = 0  # plaintext port with health + reflection only (probes when the main port is mTLS); 0 = none
     admin_host: str = "127.0.0.1"
     worker_threads: int = 2  # thread pool for the frontend (text → ids) off the event loop
+    engine_stall_s: float = 3.0  # work queued and no engine loop turn for this long: liveness NOT_SERVING; 0 = off
 
 
 @dataclass
@@ -101,6 +102,7 @@ class TelemetryConfig:
     log_level: str = "INFO"
     json_logs: bool = False
     metrics_port: int = 0  # 0 = no Prometheus endpoint
+    log_caller_text: bool = False  # debugging only: logs may quote caller text in error messages (spans never do)
 
 
 @dataclass
@@ -109,7 +111,7 @@ class TenantLimits:
 
     max_calls: int = 0  # concurrent Converse/Synthesize calls of this tenant; beyond: RESOURCE_EXHAUSTED
     max_text_chars_per_min: int = 0  # characters of text accepted per minute (bucket, bursts of one minute)
-    methods: list[str] = field(default_factory=list)  # Tts methods allowed (empty = all); others PERMISSION_DENIED
+    methods: list[str] = field(default_factory=list)  # Tts/CacheAdmin methods allowed (empty = all); others PERMISSION_DENIED
 
 
 @dataclass
@@ -119,7 +121,7 @@ class SecurityConfig:
     tls_cert_file: str = ""  # PEM certificate chain; with tls_key_file set, the serving port speaks TLS only
     tls_key_file: str = ""
     tls_client_ca_file: str = ""  # PEM CA bundle: clients must present a certificate it signed (mutual TLS)
-    auth: bool = False  # require `authorization: Bearer <token>` on the Tts methods (health stays open)
+    auth: bool = False  # require `authorization: Bearer <token>` on the Tts and CacheAdmin methods (health stays open)
     tokens_file: str = ""  # TENANT=TOKEN lines (a mounted Secret); re-read when it changes
     tokens_env: str = "VOXPOOL_TOKENS"  # environment variable with TENANT=TOKEN entries, comma or newline separated
     tenants: dict[str, TenantLimits] = field(default_factory=dict)  # "default" applies to tenants not listed
@@ -328,7 +330,7 @@ def _validate_security(cfg: ServiceConfig) -> None:
         raise ConfigError("server.admin_port must differ from server.port (the admin port is plaintext)")
     from protos.voxpool.v1 import tts_pb2
 
-    methods = set(tts_pb2.DESCRIPTOR.services_by_name["Tts"].methods_by_name)
+    methods = {m for svc in ("Tts", "CacheAdmin") for m in tts_pb2.DESCRIPTOR.services_by_name[svc].methods_by_name}
     for name, limits in sec.tenants.items():
         if limits.max_calls < 0 or limits.max_text_chars_per_min < 0:
             raise ConfigError(f"security.tenants.{name}: limits must be >= 0 (0 = no limit)")

@@ -10,7 +10,7 @@ log = logging.getLogger(__name__)
 
 STARTUP = "voxpool.startup"  # SERVING once the voice is loaded and the engine warmed up
 READINESS = "voxpool.readiness"  # SERVING while warm, not draining and able to allocate (never depends on load)
-LIVENESS = "voxpool.liveness"  # SERVING while the process and its engine thread are alive
+LIVENESS = "voxpool.liveness"  # SERVING while the engine thread is alive and makes progress (service/liveness.py)
 TTS_SERVICE = "voxpool.v1.Tts"
 OVERALL = ""
 
@@ -54,6 +54,13 @@ class Health:
     async def engine_died(self) -> None:
         self._engine_alive = False
         log.error("engine is dead: readiness and liveness now NOT_SERVING")
+        await self.publish()
+
+    async def engine_stalled(self, stalled_for_s: float) -> None:
+        """The engine owes work and made no progress: readiness and liveness NOT_SERVING for good (restart the pod)."""
+        self._engine_alive = False
+        log.error("engine made no progress for %.1f s with work queued: readiness and liveness now NOT_SERVING",
+                  stalled_for_s)
         await self.publish()
 
     async def allocations_failing(self, failing: bool) -> None:

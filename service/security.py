@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 
 HEALTH_PREFIX = "/grpc.health.v1.Health/"  # open without a token: probes cannot send one
 TTS_PREFIX = "/voxpool.v1.Tts/"
+CACHE_ADMIN_PREFIX = "/voxpool.v1.CacheAdmin/"
+GUARDED_PREFIXES = (TTS_PREFIX, CACHE_ADMIN_PREFIX)  # tenant permissions, text rate, tenant visible to admission
 _REFUSAL_WAIT_S = 0.02
 _NEXT_WRITE_WAIT_S = 0.005
 _tenant: contextvars.ContextVar[str] = contextvars.ContextVar("voxpool_tenant", default="")
@@ -195,7 +197,7 @@ class SecurityInterceptor(grpc.aio.ServerInterceptor):
             return None, grpc.StatusCode.UNAUTHENTICATED, "invalid bearer token"
         allowed = limits_for(self.sec.tenants, tenant).methods
         short = method.rsplit("/", 1)[-1]
-        if allowed and (not method.startswith(TTS_PREFIX) or short not in allowed):
+        if allowed and (not method.startswith(GUARDED_PREFIXES) or short not in allowed):
             return tenant, grpc.StatusCode.PERMISSION_DENIED, f"tenant {tenant} may not call {short}"
         return tenant, None, ""
 
@@ -214,14 +216,16 @@ class SecurityInterceptor(grpc.aio.ServerInterceptor):
                 log.info("refused %s: %s (tenant %s)", method, code.name, found or "unknown")
                 return _denial(handler, code, message)
             tenant = found or ""
-        if not method.startswith(TTS_PREFIX):
+        if not method.startswith(GUARDED_PREFIXES):
             return handler
         return self._guarded(handler, tenant)
 
     def _count_text(self, tenant: str, event: Any) -> None:
         text = getattr(event, "text", None)
-        if isinstance(text, str):  # SynthesizeRequest.text
+        if isinstance(text, str):  # SynthesizeRequest.text, NormalizeRequest.text
             self.text_rate.take(tenant, len(text))
+        elif isinstance(getattr(event, "line", None), str):  # WarmCacheLine.line
+            self.text_rate.take(tenant, len(event.line))
         elif text is not None and hasattr(event, "WhichOneof") and event.WhichOneof("event") == "text":
             self.text_rate.take(tenant, len(text.text))
 
@@ -229,7 +233,7 @@ class SecurityInterceptor(grpc.aio.ServerInterceptor):
         attr, _ = _FACTORIES[(handler.request_streaming, handler.response_streaming)]
         behavior = getattr(handler, attr)
         if not (inspect.iscoroutinefunction(behavior) or inspect.isasyncgenfunction(behavior)):
-            return handler  # the Tts servicer is async; nothing else is registered under its name
+            return handler  # the Tts and CacheAdmin servicers are async; nothing else is registered under their names
 
         async def requests(request_iterator: Any) -> Any:
             async for event in request_iterator:

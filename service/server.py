@@ -25,6 +25,7 @@ from service.call import CallDeps
 from service.config import ServiceConfig
 from service.errors import Unavailable
 from service.health import Health
+from service.liveness import ProgressWatch, thread_stack
 from service.pressure import AllocationWatch
 from service.security import admin_server, build_interceptors, server_certificates, tenant_call_limit
 from service.servicer import TtsServicer, voice_entries
@@ -32,6 +33,9 @@ from service.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 EXIT_DRAIN_CUT = 3  # serve()'s exit code when the drain's grace ran out with calls still in flight
+EXIT_ENGINE_FAILED = 4  # serve()'s exit code once the engine thread died or stalled (the orchestrator sees a crash)
+ENGINE_DEAD = "dead"
+ENGINE_STALLED = "stalled"
 
 
 def server_options(cfg: ServiceConfig) -> list[tuple[str, int]]:
@@ -87,23 +91,27 @@ class VoxpoolServer:
         self.server = grpc.aio.server(options=server_options(cfg), interceptors=build_interceptors(cfg))
         tts_pb2_grpc.add_TtsServicer_to_server(self.servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health.servicer, self.server)
+        # cache: warm and stats RPCs on the serving port, behind the same auth, tenant rules and admission as Tts
+        tts_pb2_grpc.add_CacheAdminServicer_to_server(
+            CacheAdminServicer(self.warmer, self.cache, cfg.cache, self.admission), self.server)
         names = (
             tts_pb2.DESCRIPTOR.services_by_name["Tts"].full_name,
+            tts_pb2.DESCRIPTOR.services_by_name["CacheAdmin"].full_name,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         )
         if cfg.server.reflection:
             reflection.enable_server_reflection(names, self.server)
-        admin_names = (*names, tts_pb2.DESCRIPTOR.services_by_name["CacheAdmin"].full_name)
-        self.admin = admin_server(cfg, self.health.servicer, admin_names)  # health + reflection, plaintext; or None
-        if self.admin is not None:  # cache: warm and stats RPCs, on the admin port only
-            tts_pb2_grpc.add_CacheAdminServicer_to_server(
-                CacheAdminServicer(self.warmer, self.cache, cfg.cache), self.admin)
+        self.admin = admin_server(cfg, self.health.servicer, names)  # health + reflection only, plaintext; or None
         self.admin_port = 0
         self.port = 0
         self.certificates = None  # service.tls.ServerCertificates once started with TLS
         self._monitor: asyncio.Task | None = None
         self._stopped = asyncio.Event()
+        # liveness: the engine's heartbeat (service/liveness.py); `engine_failure` is ENGINE_DEAD or ENGINE_STALLED
+        self.progress = ProgressWatch(getattr(engine, "backend", engine), cfg.server.engine_stall_s)
+        self.engine_failure = ""
+        self.engine_failed = asyncio.Event()
         self._reloads: set[asyncio.Task] = set()
 
     async def start(self) -> int:
@@ -163,12 +171,27 @@ class VoxpoolServer:
         while True:
             await asyncio.sleep(0.5)
             await self.allocations.check(self.engine.counters().allocation_failures)
-            if self.engine.health() is not EngineHealth.SERVING and not self._stopped.is_set():
-                self.admission.close()
-                await self.health.engine_died()
-                for call in list(self.servicer.calls):  # no call waits for an engine that is gone
-                    call.abort(Unavailable("the synthesis engine stopped; retry on another server"))
+            if self._stopped.is_set():
                 return
+            if self.engine.health() is not EngineHealth.SERVING:
+                await self.health.engine_died()
+                self._fail_calls(ENGINE_DEAD, "the synthesis engine stopped; retry on another server")
+                return
+            if self.progress.check():
+                stalled_for_s = self.progress.stalled_for_s()
+                await self.health.engine_stalled(stalled_for_s)
+                log.error("engine thread stalled; it is at:\n%s",
+                          thread_stack(getattr(self.engine.backend, "thread", None)) or "(no stack)")
+                self._fail_calls(ENGINE_STALLED, "the synthesis engine stopped making progress; retry on another server")
+                return
+
+    def _fail_calls(self, failure: str, message: str) -> None:
+        """The engine is gone or stuck: refuse new calls and end every call UNAVAILABLE (clients fail over)."""
+        self.engine_failure = failure
+        self.admission.close(message)
+        for call in list(self.servicer.calls):  # no call waits for an engine that is gone
+            call.abort(Unavailable(message))
+        self.engine_failed.set()
 
     @property
     def active_calls(self) -> int:
@@ -254,9 +277,22 @@ async def serve(cfg: ServiceConfig, backend: str = "engine") -> int:
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, server.request_reload)
     await server.start()
-    await stop.wait()
+    failed = loop.create_task(server.engine_failed.wait())
+    signalled = loop.create_task(stop.wait())
+    await asyncio.wait({failed, signalled}, return_when=asyncio.FIRST_COMPLETED)
+    if server.engine_failure == ENGINE_DEAD:  # nothing can be served any more: exit, so the orchestrator restarts us
+        failed.cancel()
+        signalled.cancel()
+        log.critical("the engine thread died: exiting with status %d", EXIT_ENGINE_FAILED)
+        await server.stop()
+        return EXIT_ENGINE_FAILED
+    await signalled
+    failed.cancel()
     log.info("signal received: draining")
     clean = await server.drain()
+    if server.engine_failure:  # stalled: liveness said so; the exit status says so too
+        log.error("stopped: the engine had %s (exit %d)", server.engine_failure, EXIT_ENGINE_FAILED)
+        return EXIT_ENGINE_FAILED
     if clean:
         log.info("stopped: all calls finished")
         return 0

@@ -23,6 +23,7 @@ from service.security import before_refusal, current_tenant
 from service.session import spans_from_proto
 from service.ssml import SsmlError, parse_ssml
 from service.telemetry import traced_call
+from service.telemetry.privacy import error_detail
 
 log = logging.getLogger(__name__)
 _ids = itertools.count(1)
@@ -76,7 +77,7 @@ class TtsServicer(tts_pb2_grpc.TtsServicer):
             if code == grpc.StatusCode.INTERNAL:
                 log.exception("call %s failed", session.session_id)
             else:
-                log.info("call %s ended: %s %s", session.session_id, code.name, exc)
+                log.info("call %s ended: %s %s", session.session_id, code.name, error_detail(exc))
             # reliability: set the status and return instead of awaiting abort(): a client that stopped reading
             # holds the status behind its unread frames until it reads or goes away, and the handler (its slot,
             # its state) must not wait for that; grpc sends the status once the handler has returned
@@ -145,6 +146,17 @@ class TtsServicer(tts_pb2_grpc.TtsServicer):
         return out
 
     async def Normalize(self, request: pb.NormalizeRequest, context: grpc.aio.ServicerContext) -> pb.NormalizeResponse:
+        try:  # frontend work: it holds a call slot (and counts against the tenant's calls) like a call
+            slot = self.admission.acquire(current_tenant())
+        except ServiceError as exc:
+            await _abort(context, exc)
+            raise
+        try:
+            return await self._normalize(request, context)
+        finally:
+            slot.release()
+
+    async def _normalize(self, request: pb.NormalizeRequest, context: grpc.aio.ServicerContext) -> pb.NormalizeResponse:
         limit = self.deps.cfg.limits.max_synthesize_chars
         if len(request.text) > limit:
             await _abort(context, InvalidArgument(f"text has {len(request.text)} characters; at most {limit}"))

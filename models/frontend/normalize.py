@@ -213,6 +213,6 @@ def normalize(text: str, options: NormalizeOptions = _DEFAULT_OPTIONS, spans: Se
     for message, pos in em.warnings:
         warnings.append(f"{message} at {src[pos] if pos < len(src) else len(text)}")
     if warnings:
-        logger.debug("normalize: %d warnings: %s", len(warnings), "; ".join(warnings))
+        logger.debug("normalize: %d warnings", len(warnings))  # their text quotes the caller's: the caller gets them
     readings = tuple(sorted((k, v) for k, v in em.readings.items() if k < len(em.chars)))
     return NormalizedText("".join(em.chars), tuple(source_index), tuple(warnings), readings)

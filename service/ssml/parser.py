@@ -137,7 +137,7 @@ class SsmlStream:
 
     def _failing(self, error: SsmlError) -> list[Event]:
         self._failed = error
-        log.debug("ssml: %s", error)
+        log.debug("ssml: document refused at line %d, column %d", error.line, error.column)  # no caller text
         raise error
 
     def _advance_position(self, text: str) -> None:

@@ -185,11 +185,12 @@ class CallTelemetry:
         self._end_turn(turn, "cleared")
 
     def turn_failed(self, turn: Any, message: str) -> None:
-        """An in-band error ended the turn."""
-        self._end_turn(turn, "failed", message)
+        """An in-band error ended the turn. `message` is the client's (it may quote caller text): the span never
+        carries it (service/telemetry/privacy.py)."""
+        self._end_turn(turn, "failed")
 
     @never_raises()
-    def _end_turn(self, turn: Any, outcome: str, message: str = "") -> None:
+    def _end_turn(self, turn: Any, outcome: str) -> None:
         tt = self._turns.pop(id(turn), None)
         if tt is None or tt.turn is not turn:
             if outcome == "abandoned":
@@ -246,7 +247,7 @@ class CallTelemetry:
             span.add_event("cleared", {"tts.text_spoken_chars": turn.released_pos})
         span.set_attributes(attrs)
         if outcome == "failed":
-            span.set_status(Status(StatusCode.ERROR, message[:200]))
+            span.set_status(Status(StatusCode.ERROR, "turn failed"))
         span.end()
 
     # ------------------------------------------------------------------ end
@@ -298,8 +299,8 @@ class CallTelemetry:
             attrs["rpc.grpc.status_code"] = getattr(grpc.StatusCode, code).value[0]
             self.span.set_attributes(attrs)
             if code in SERVER_ERROR_CODES:
-                if error is not None:
-                    self.span.record_exception(error)
+                if error is not None:  # the type only: an exception's message may quote caller text
+                    self.span.add_event("exception", {"exception.type": type(error).__qualname__})
                 self.span.set_status(Status(StatusCode.ERROR, code))
             self.span.end()
         if self.emit_log:

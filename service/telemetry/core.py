@@ -12,6 +12,7 @@ import grpc
 
 from service.telemetry.calls import CallTelemetry, _current
 from service.telemetry.metrics import Metrics, NullMetrics
+from service.telemetry.privacy import set_log_caller_text
 from service.telemetry.tracing import Tracing, metadata_dict, provider_from_env
 
 log = logging.getLogger(__name__)
@@ -23,6 +24,7 @@ class Telemetry:
     def __init__(self, cfg: Any, *, tracer_provider: Any | None = None, environ: Mapping[str, str] | None = None,
                  metrics: Metrics | None = None):
         self.cfg = cfg
+        set_log_caller_text(getattr(cfg, "log_caller_text", False))
         self._owns_provider = tracer_provider is None
         provider = tracer_provider if tracer_provider is not None else provider_from_env(environ)
         self.tracing = Tracing(provider)

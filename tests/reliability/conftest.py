@@ -399,11 +399,27 @@ class EngineThreadKilled(BaseException):
     """Not an Exception: escapes the engine's per-batch handler and ends the engine thread (a fatal fault)."""
 
 
+class Hang:
+    """Armed like an exception, but the batch blocks instead (the engine thread stops making progress) until
+    `release()`; `entered` is set once the engine thread is stuck in it."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self._go = threading.Event()
+
+    def wait(self) -> None:
+        self.entered.set()
+        self._go.wait()
+
+    def release(self) -> None:
+        self._go.set()
+
+
 class FaultyRunner:
     """Wraps a ModuleRunner (engine.modules) and makes chosen batch calls raise; everything else is delegated.
 
     `arm(module, exc, when)` makes the next call of that module whose request ids satisfy `when` (default: any)
-    raise `exc`, once; `failed` records
+    raise `exc` (or block on it, for a Hang), once; `failed` records
     (module, request ids) of each batch that was made to fail (ids come from the engine's pool, read on the
     engine thread during the batch). Thread-safe: armed on the loop, fired on the engine thread.
     """
@@ -427,7 +443,7 @@ class FaultyRunner:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    def arm(self, module: str, exc: BaseException, when: Callable[[tuple[str, ...]], bool] = lambda ids: True) -> None:
+    def arm(self, module: str, exc: BaseException | Hang, when: Callable[[tuple[str, ...]], bool] = lambda ids: True) -> None:
         with self._lock:
             self._armed[module] = (exc, when)
 
@@ -442,7 +458,14 @@ class FaultyRunner:
             if not when(ids):
                 return
             del self._armed[module]
-            self.failed.append((module, ids))
+            if isinstance(exc, Hang):
+                hang = exc
+            else:
+                self.failed.append((module, ids))
+                hang = None
+        if hang is not None:
+            hang.wait()
+            return
         raise exc
 
     def encode(self, slots, ids, seeds):

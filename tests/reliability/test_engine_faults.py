@@ -1,5 +1,6 @@
 """Engine faults: an exception in one module batch fails only that batch's calls (in-band, the calls go on); the
-engine thread's death turns health NOT_SERVING and ends every call with UNAVAILABLE at once."""
+engine thread's death, or an engine that stops making progress, turns health NOT_SERVING and ends every call with
+UNAVAILABLE."""
 
 import asyncio
 
@@ -8,7 +9,8 @@ import pytest
 
 from protos.voxpool.v1 import tts_pb2 as pb
 from tests.reliability.conftest import (
-    NOT_SERVING, EngineThreadKilled, Feeder, InjectedFault, channel_to, config_event, end_event, gateway_call,
+    NOT_SERVING, SERVING, EngineThreadKilled, Feeder, Hang, InjectedFault, channel_to, config_event, end_event,
+    gateway_call,
     health_status, realtime_config, serving, settled, stub, text_event, tracked_state,
 )
 
@@ -99,3 +101,62 @@ async def test_engine_thread_death_ends_every_call_with_unavailable():
         assert refused.code == grpc.StatusCode.UNAVAILABLE
         assert server.admission.active == 0 and not server.servicer.calls
         assert server.engine.backend.dead
+
+
+async def test_a_stalled_engine_turns_liveness_off_and_ends_every_call_with_unavailable():
+    # the engine thread blocks inside a decoder batch and never returns: alive, but no progress
+    async with serving({"server": {"engine_stall_s": 1.0}}, decoder_steps=200, faulty=True) as server, \
+            channel_to(server.port) as ch:
+        runner = server.engine.backend.runners["tiny"]
+        ts = stub(ch)
+        speaking = Feeder(realtime_config(), text_event("这句话要说很久。"))
+        idle = Feeder(realtime_config())
+        speaking_call, idle_call = ts.Converse(speaking), ts.Converse(idle)
+        assert (await asyncio.wait_for(speaking_call.read(), 5)).HasField("started")
+        assert (await asyncio.wait_for(idle_call.read(), 5)).HasField("started")
+        while server.engine.counters().audio_samples == 0:
+            await asyncio.sleep(0.01)
+        assert await health_status(server.port, "voxpool.liveness") == SERVING
+
+        hang = Hang()
+        runner.arm("decode", hang)
+        try:
+            results = await asyncio.wait_for(asyncio.gather(status_of(speaking_call), status_of(idle_call)), 30)
+            assert hang.entered.is_set()
+            for code, details in results:
+                assert code == grpc.StatusCode.UNAVAILABLE, (code, details)
+                assert "progress" in details and "another server" in details
+            for service in ("voxpool.liveness", "voxpool.readiness", ""):
+                assert await health_status(server.port, service) == NOT_SERVING
+            refused = await gateway_call(ts, config_event(), end_event())
+            assert refused.code == grpc.StatusCode.UNAVAILABLE and "progress" in refused.details
+            core = server.engine.backend
+            assert core.thread.is_alive() and not core.dead  # stuck, not dead: only the heartbeat tells
+            assert server.engine_failure == "stalled" and server.admission.active == 0 and not server.servicer.calls
+        finally:
+            hang.release()
+            speaking.close()
+            idle.close()
+
+
+async def test_a_busy_engine_is_not_stalled():
+    # a long stream of work keeps the loop turning: the watch never fires, every call ends OK
+    async with serving({"server": {"engine_stall_s": 1.0}}, decoder_steps=80) as server, \
+            channel_to(server.port) as ch:
+        ts = stub(ch)
+        recs = await asyncio.gather(*(gateway_call(ts, realtime_config(), text_event("您好，请稍候。"), end_event())
+                                      for _ in range(3)))
+        assert [r.code for r in recs] == [grpc.StatusCode.OK] * 3
+        assert all(r.of("turn_done") for r in recs)
+        assert server.engine_failure == "" and server.engine.backend.loop_turns > 0
+        assert await health_status(server.port, "voxpool.liveness") == SERVING
+
+
+async def status_of(call) -> tuple[grpc.StatusCode, str]:
+    """Read a call to its end: (status, details)."""
+    try:
+        while await call.read() is not grpc.aio.EOF:
+            pass
+        return grpc.StatusCode.OK, ""
+    except grpc.aio.AioRpcError as err:
+        return err.code(), err.details()

@@ -18,7 +18,6 @@ from tests.service.conftest import (
     stub_for,
     text_event,
 )
-from tests.service.telemetry_support import free_port
 
 ON = {"enabled": True}
 
@@ -160,8 +159,7 @@ async def test_warm_up_at_start_reports_bad_lines_and_serves_hits(tmp_path) -> N
         '{"text": "未知的声音。", "voice": "nobody"}',
         "{not json",
     ]), encoding="utf-8")
-    admin = free_port()
-    async with running_server(cache={**ON, "warm_file": str(prompts)}, server={"admin_port": admin}) as server:
+    async with running_server(cache={**ON, "warm_file": str(prompts)}) as server:
         stats = server.cache.stats()
         assert stats.entries >= 2 and stats.rejected_first_sighting == 0
         n = submitted(server)
@@ -169,7 +167,7 @@ async def test_warm_up_at_start_reports_bad_lines_and_serves_hits(tmp_path) -> N
         await synthesize(server, "请按一号键。", seed=3)
         assert submitted(server) == n and server.cache.stats().hits >= 2
 
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{admin}") as channel:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
             stub = tts_pb2_grpc.CacheAdminStub(channel)
             lines = [pb.WarmCacheLine(line_number=1, line="谢谢您的来电。"),
                      pb.WarmCacheLine(line_number=2, line='{"text": ""}'),
@@ -197,9 +195,8 @@ async def test_warm_up_is_time_bounded(tmp_path) -> None:
 
 
 async def test_admin_rpc_when_the_cache_is_off_and_cli_against_a_running_server(tmp_path, capsys) -> None:
-    admin = free_port()
-    async with running_server(cache={"enabled": False}, server={"admin_port": admin}) as server:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{admin}") as channel:
+    async with running_server(cache={"enabled": False}) as server:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
             stub = tts_pb2_grpc.CacheAdminStub(channel)
             with pytest.raises(grpc.aio.AioRpcError) as info:
                 await stub.WarmCache(iter([pb.WarmCacheLine(line_number=1, line=TEXT)]))
@@ -212,21 +209,20 @@ async def test_cli_warm_and_stats(tmp_path, capsys) -> None:
     import asyncio
 
     prompts = tmp_path / "prompts.txt"
-    prompts.write_text(TEXT + "\n" + '{"text": 5}\n' + "长" * 3000 + "\n", encoding="utf-8")
-    admin = free_port()
-    async with running_server(cache=ON, server={"admin_port": admin}) as server:
+    prompts.write_text(TEXT + "\n" + '{"text": 5}\n' + "长" * 21000 + "\n", encoding="utf-8")
+    async with running_server(cache=ON) as server:
         loop = asyncio.get_running_loop()
-        address = f"127.0.0.1:{admin}"
-        rc = await loop.run_in_executor(None, cache_cli.main, ["warm", str(prompts), "--admin", address])
+        address = f"127.0.0.1:{server.port}"
+        rc = await loop.run_in_executor(None, cache_cli.main, ["warm", str(prompts), "--server", address])
         out = capsys.readouterr().out
         assert rc == 1  # two bad lines
         assert f"{prompts}:2: failed" in out and f"{prompts}:3: failed: longer than" in out
         assert "warmed 1, failed 2" in out
         assert server.cache.stats().entries >= 1
-        rc = await loop.run_in_executor(None, cache_cli.main, ["stats", "--admin", address, "--json"])
+        rc = await loop.run_in_executor(None, cache_cli.main, ["stats", "--server", address, "--json"])
         out = capsys.readouterr().out
         assert rc == 0 and '"enabled": true' in out and '"entries"' in out
-    rc = cache_cli.main(["stats", "--admin", address, "--timeout", "0.5"])
+    rc = cache_cli.main(["stats", "--server", address, "--timeout", "0.5"])
     assert rc == 2 and "UNAVAILABLE" in capsys.readouterr().err
 
 

@@ -238,10 +238,12 @@ class Tts:
 
 class CacheAdminStub:
     """---------------------------------------------------------------------------------------------
-    Admin port: the per-pod segment audio cache
+    Cache admin: the per-pod segment audio cache
     ---------------------------------------------------------------------------------------------
 
-    Served only on the plaintext admin port (server.admin_port), never on the port gateways reach.
+    Served on the serving port only, behind the same TLS, bearer tokens and tenant rules as Tts (a tenant's
+    `methods` may name WarmCache and GetCacheStats); never on the plaintext admin port. Each warm-up line
+    holds one of the caller's call slots while it is synthesized.
     `voxpool cache warm FILE` and `voxpool cache stats` use it (docs/deploy.md, "Prompt cache").
     """
 
@@ -265,10 +267,12 @@ class CacheAdminStub:
 
 class CacheAdminServicer:
     """---------------------------------------------------------------------------------------------
-    Admin port: the per-pod segment audio cache
+    Cache admin: the per-pod segment audio cache
     ---------------------------------------------------------------------------------------------
 
-    Served only on the plaintext admin port (server.admin_port), never on the port gateways reach.
+    Served on the serving port only, behind the same TLS, bearer tokens and tenant rules as Tts (a tenant's
+    `methods` may name WarmCache and GetCacheStats); never on the plaintext admin port. Each warm-up line
+    holds one of the caller's call slots while it is synthesized.
     `voxpool cache warm FILE` and `voxpool cache stats` use it (docs/deploy.md, "Prompt cache").
     """
 
@@ -312,10 +316,12 @@ def add_CacheAdminServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class CacheAdmin:
     """---------------------------------------------------------------------------------------------
-    Admin port: the per-pod segment audio cache
+    Cache admin: the per-pod segment audio cache
     ---------------------------------------------------------------------------------------------
 
-    Served only on the plaintext admin port (server.admin_port), never on the port gateways reach.
+    Served on the serving port only, behind the same TLS, bearer tokens and tenant rules as Tts (a tenant's
+    `methods` may name WarmCache and GetCacheStats); never on the plaintext admin port. Each warm-up line
+    holds one of the caller's call slots while it is synthesized.
     `voxpool cache warm FILE` and `voxpool cache stats` use it (docs/deploy.md, "Prompt cache").
     """
 
