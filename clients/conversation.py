@@ -224,8 +224,15 @@ class FailoverPolicy:
     """Failover of Converse calls (VoxpoolClient(failover=...)): when a stream breaks with UNAVAILABLE or a lost
     connection (or ends without finishing its turns), reopen it on another ready server and resend each unfinished
     turn's unheard remainder. Attempts are spaced by a backoff doubling from `first_backoff_s` up to
-    `max_backoff_s` (or the server's pushback, when longer), at most `max_attempts` within `timeout_s`; then the
-    call ends with ServerUnavailable. `open_timeout_s` bounds one attempt (config sent → `started`)."""
+    `max_backoff_s`, each pause drawn at random from its upper `backoff_jitter` share ([b × (1 − jitter), b], so
+    calls moved together do not retry together; the server's pushback, when longer, wins), at most `max_attempts`
+    within `timeout_s`; then the call ends with ServerUnavailable. `open_timeout_s` bounds one attempt (config sent →
+    `started`).
+
+    A server that stops sending without closing the connection (frozen, partitioned) counts as lost too, with
+    REALTIME pacing only: after `stall_timeout_s` without any message while a turn plays (the server sends a frame
+    every frame_ms then, silence included), or `first_audio_timeout_s` while a turn whose text it has waits for its
+    first frame. None turns a bound off (then only keepalive notices)."""
 
     enabled: bool = True
     max_attempts: int = 6
@@ -233,6 +240,9 @@ class FailoverPolicy:
     max_backoff_s: float = 1.0
     timeout_s: float = 10.0
     open_timeout_s: float = 5.0
+    backoff_jitter: float = 0.5
+    stall_timeout_s: float | None = 0.8
+    first_audio_timeout_s: float | None = 10.0
 
 
 FAILOVER_OFF = FailoverPolicy(enabled=False)
