@@ -227,7 +227,8 @@ class FailoverPolicy:
     `max_backoff_s`, each pause drawn at random from its upper `backoff_jitter` share ([b × (1 − jitter), b], so
     calls moved together do not retry together; the server's pushback, when longer, wins), at most `max_attempts`
     within `timeout_s`; then the call ends with ServerUnavailable. `open_timeout_s` bounds one attempt (config sent →
-    `started`).
+    `started`); an attempt unanswered after `hedge_after_s` gets another one beside it (None: never), the first
+    to answer wins.
 
     A server that stops sending without closing the connection (frozen, partitioned) counts as lost too, with
     REALTIME pacing only: after `stall_timeout_s` without any message while a turn plays (the server sends a frame
@@ -241,8 +242,9 @@ class FailoverPolicy:
     timeout_s: float = 10.0
     open_timeout_s: float = 5.0
     backoff_jitter: float = 0.5
+    hedge_after_s: float | None = 0.2
     stall_timeout_s: float | None = 0.8
-    first_audio_timeout_s: float | None = 10.0
+    first_audio_timeout_s: float | None = 30.0
 
 
 FAILOVER_OFF = FailoverPolicy(enabled=False)

@@ -583,40 +583,7 @@ class FailoverConversation(Conversation):
 
     async def _reopen(self, broke: VoxpoolError) -> None:
         """Open a new stream on a ready server (bounded attempts with backoff), then resend under the write lock."""
-        policy = self._policy
-        start = time.monotonic()
-        backoff_s = policy.first_backoff_s
-        attempts = 0
-        while True:
-            attempts += 1
-            remaining = None if self._deadline_s is None else self._deadline_s - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise VoxpoolError(grpc.StatusCode.DEADLINE_EXCEEDED, "the call's timeout ran out during failover")
-            call = self._client.converse_call(remaining)
-            try:
-                started = await asyncio.wait_for(self._handshake(call), policy.open_timeout_s)
-                break
-            except asyncio.CancelledError:  # the application cancelled the conversation
-                call.cancel()
-                raise
-            except (VoxpoolError, asyncio.TimeoutError) as exc:
-                call.cancel()
-                err = exc if isinstance(exc, VoxpoolError) else VoxpoolError(
-                    grpc.StatusCode.DEADLINE_EXCEEDED, f"no `started` within {policy.open_timeout_s:g} s")
-                elapsed = time.monotonic() - start
-                pause = max(backoff_pause_s(backoff_s, policy.backoff_jitter, self._rng.random()),
-                            (err.retry_after_ms or 0) / 1000.0)
-                if not worth_retrying(err):
-                    raise err
-                if attempts >= policy.max_attempts or elapsed + pause > policy.timeout_s:
-                    raise ServerUnavailable(
-                        grpc.StatusCode.UNAVAILABLE,
-                        f"failover gave up after {attempts} attempt(s) in {elapsed:.1f} s: no ready voxpool server "
-                        f"at {self._client.target} took the call (last: {err.code.name}: {err.details}); the stream "
-                        f"had broken with {broke.code.name}: {broke.details}") from None
-                log.info("failover attempt %d failed (%s); next in %.2f s", attempts, err, pause)
-                await asyncio.sleep(pause)
-                backoff_s = min(backoff_s * 2, policy.max_backoff_s)
+        call, started, attempts = await self._open_another(broke)
         async with self._write_lock:
             self._call = call
             self._stream_live = True
@@ -632,6 +599,70 @@ class FailoverConversation(Conversation):
             self._end_gap()
         log.warning("voxpool call moved from %s to %s after %d attempt(s)", gap.from_session_id,
                     gap.to_session_id, attempts)
+
+    async def _open_another(self, broke: VoxpoolError) -> tuple[grpc.aio.StreamStreamCall, Started, int]:
+        """A new stream that answered `started`: (call, started, attempts). A failed attempt is followed by the next
+        after a jittered backoff; an attempt still unanswered after `hedge_after_s` gets another one beside it (a
+        frozen server may still look ready to the channel's round robin, which then picks the next server), and the
+        first to answer wins. At most `max_attempts` within `timeout_s`, else ServerUnavailable."""
+        policy = self._policy
+        start = time.monotonic()
+        backoff_s = policy.first_backoff_s
+        attempts = 0
+        pending: dict[asyncio.Task, grpc.aio.StreamStreamCall] = {}
+        next_at = start  # when the next attempt may start
+        last: VoxpoolError | None = None
+        try:
+            while True:
+                now = time.monotonic()
+                if attempts < policy.max_attempts and now >= next_at:
+                    remaining = None if self._deadline_s is None else self._deadline_s - now
+                    if remaining is not None and remaining <= 0:
+                        raise VoxpoolError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                           "the call's timeout ran out during failover")
+                    call = self._client.converse_call(remaining)
+                    task = asyncio.ensure_future(asyncio.wait_for(self._handshake(call), policy.open_timeout_s))
+                    pending[task] = call
+                    attempts += 1
+                    hedge = policy.hedge_after_s
+                    next_at = now + hedge if hedge is not None else float("inf")
+                if not pending:  # every attempt failed: give up, or wait out the backoff
+                    elapsed = now - start
+                    assert last is not None
+                    if attempts >= policy.max_attempts or next_at - start > policy.timeout_s:
+                        raise ServerUnavailable(
+                            grpc.StatusCode.UNAVAILABLE,
+                            f"failover gave up after {attempts} attempt(s) in {elapsed:.1f} s: no ready voxpool "
+                            f"server at {self._client.target} took the call (last: {last.code.name}: "
+                            f"{last.details}); the stream had broken with {broke.code.name}: {broke.details}")
+                    await asyncio.sleep(max(0.0, next_at - now))
+                    continue
+                wait_s = max(0.0, next_at - now) if attempts < policy.max_attempts and next_at != float("inf") \
+                    else None
+                done, _ = await asyncio.wait(pending, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    call = pending.pop(task)
+                    exc = task.exception()
+                    if exc is None:
+                        return call, task.result(), attempts
+                    call.cancel()
+                    if not isinstance(exc, (VoxpoolError, asyncio.TimeoutError)):
+                        raise exc
+                    err = exc if isinstance(exc, VoxpoolError) else VoxpoolError(
+                        grpc.StatusCode.DEADLINE_EXCEEDED, f"no `started` within {policy.open_timeout_s:g} s")
+                    if not worth_retrying(err):
+                        raise err
+                    last = err
+                    pause = max(backoff_pause_s(backoff_s, policy.backoff_jitter, self._rng.random()),
+                                (err.retry_after_ms or 0) / 1000.0)
+                    backoff_s = min(backoff_s * 2, policy.max_backoff_s)
+                    next_at = time.monotonic() + pause
+                    log.info("failover attempt failed (%s); next in %.2f s", err, pause)
+        finally:  # the winner returned, or no attempt is wanted any more (gave up, or the application cancelled)
+            for task, call in pending.items():
+                task.cancel()
+                call.cancel()
+                task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     async def _resend(self) -> bool:
         """Each unfinished turn's unheard remainder (text, marks not reached, flush) on the new stream, in order;

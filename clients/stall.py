@@ -9,6 +9,7 @@ caller (so the rule is tested on virtual time)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -90,7 +91,6 @@ def skipped_slots_ms(last_frame_s: float | None, now_s: float, frame_ms: int) ->
         return 0
     frame_s = frame_ms / 1000.0
     late_s = now_s - (last_frame_s + frame_s)
-    if late_s <= frame_s / 2.0:
+    if late_s <= frame_s / 2.0 + 1e-6:  # clock readings tolerate float rounding of a microsecond
         return 0
-    slots = int(late_s / frame_s + 1.0 - 1e-9)  # ceil without floating-point surprises at whole frames
-    return slots * frame_ms
+    return math.ceil(late_s / frame_s - 1e-6) * frame_ms
