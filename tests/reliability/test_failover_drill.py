@@ -46,14 +46,17 @@ def tiny_voice_dir(tmp_path_factory):
     return save_voice_dir(tiny_voice(decoder_steps=60), tmp_path_factory.mktemp("voices") / "tiny")
 
 
-async def run_drill(voice_dir, tmp_path, stop: int = signal.SIGKILL) -> tuple[list[Call], list[Call], int, int]:
-    """Start two servers, put CALLS_ON_VICTIM live calls on the first (others land on the second), send `stop`
-    (SIGKILL, or SIGSTOP: frozen) to the first once each of its calls heard SPEECH_FRAMES_BEFORE_KILL frames;
-    returns (victim calls, other calls, victim pid, survivor pid) once every call ended."""
+async def run_drill(voice_dir, tmp_path, stop: int = signal.SIGKILL, turns: tuple[str, ...] = (TEXT,),
+                    calls_on_victim: int = CALLS_ON_VICTIM, frames_before_stop: int = SPEECH_FRAMES_BEFORE_KILL,
+                    ) -> tuple[list[Call], list[Call], int, int]:
+    """Start two servers, put `calls_on_victim` live calls on the first (others land on the second), send `stop`
+    (SIGKILL, or SIGSTOP: frozen) to the first once each of its calls heard `frames_before_stop` speech frames;
+    returns (victim calls, other calls, victim pid, survivor pid) once every call ended. Each call sends `turns`
+    (one turn: unnamed, "t1"; more: "t1", "t2", ..., each flushed), then end."""
     ports = [free_port(), free_port()]
     procs = [start_server(voice_dir, p, tmp_path) for p in ports]
     try:
-        await asyncio.gather(*(wait_serving(p, proc, timeout_s=120) for p, proc in zip(ports, procs)))
+        await asyncio.gather(*(wait_serving(p, proc, timeout_s=300) for p, proc in zip(ports, procs)))
         victim, survivor = procs
         target = "ipv4:" + ",".join(f"127.0.0.1:{p}" for p in ports)
         private = [("grpc.use_local_subchannel_pool", 1)]
@@ -69,8 +72,12 @@ async def run_drill(voice_dir, tmp_path, stop: int = signal.SIGKILL) -> tuple[li
                 conv = await client.converse(pacing="REALTIME", word_timestamps=True, timeout_s=120)
                 call = Call(pid_of(conv.started.session_id))
                 calls.append(call)
-                await conv.send_text(TEXT)
-                await conv.flush()
+                if len(turns) == 1:
+                    await conv.send_text(turns[0])
+                    await conv.flush()
+                for i, text in enumerate(turns if len(turns) > 1 else ()):
+                    await conv.send_text(text, turn_id=f"t{i + 1}")
+                    await conv.flush(f"t{i + 1}")
                 await conv.end()
                 try:
                     async for ev in conv:
@@ -79,7 +86,7 @@ async def run_drill(voice_dir, tmp_path, stop: int = signal.SIGKILL) -> tuple[li
                 except BaseException as exc:  # noqa: BLE001 - the test asserts there is none
                     call.error = exc
 
-            while sum(c.pid == victim.pid for c in calls) < CALLS_ON_VICTIM and len(calls) < 3 * CALLS_ON_VICTIM:
+            while sum(c.pid == victim.pid for c in calls) < calls_on_victim and len(calls) < 3 * calls_on_victim:
                 n = len(calls)
                 tasks.append(asyncio.create_task(leg()))
                 while len(calls) == n:
@@ -87,9 +94,9 @@ async def run_drill(voice_dir, tmp_path, stop: int = signal.SIGKILL) -> tuple[li
                         tasks[-1].result()  # the call could not open: show why
                     await asyncio.sleep(0.01)
             on_victim = [c for c in calls if c.pid == victim.pid]
-            assert len(on_victim) == CALLS_ON_VICTIM, [c.pid for c in calls]
+            assert len(on_victim) == calls_on_victim, [c.pid for c in calls]
             async def heard_enough() -> None:
-                while min(c.speech_frames for c in on_victim) < SPEECH_FRAMES_BEFORE_KILL:
+                while min(c.speech_frames for c in on_victim) < frames_before_stop:
                     await asyncio.sleep(0.01)
 
             await asyncio.wait_for(heard_enough(), timeout=120)
