@@ -384,7 +384,8 @@ class FailoverConversation(Conversation):
         self._check_open()
         async with self._write_lock:
             self._watch.clear_sent(turn_id)
-            targets = [self._turns[turn_id]] if turn_id in self._turns else [] if turn_id else list(self._turns.values())
+            targets = ([self._turns[turn_id]] if turn_id in self._turns else [] if turn_id
+                       else list(self._turns.values()))
             for t in targets:
                 if t.state == "ended":
                     continue
@@ -514,7 +515,8 @@ class FailoverConversation(Conversation):
         if task is not None:
             task.cancel()
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
-        what = "mid-turn (REALTIME sends a frame every frame_ms)" if playing else "while a turn waited for its first audio"
+        what = ("mid-turn (REALTIME sends a frame every frame_ms)" if playing
+                else "while a turn waited for its first audio")
         self._on_broken(ServerUnavailable(
             grpc.StatusCode.UNAVAILABLE,
             f"no message from the server for {silent_ms} ms {what}: the server froze or the path to it was lost"))
@@ -627,6 +629,7 @@ class FailoverConversation(Conversation):
                     hedge = policy.hedge_after_s
                     next_at = now + hedge if hedge is not None else float("inf")
                 if not pending:  # every attempt failed: give up, or wait out the backoff
+                    now = time.monotonic()
                     elapsed = now - start
                     assert last is not None
                     if attempts >= policy.max_attempts or next_at - start > policy.timeout_s:
@@ -830,7 +833,9 @@ class FailoverConversation(Conversation):
                     turn.heard.mark_reached(pending[0])
         elif isinstance(ev, Cleared):
             prefix = turn.heard.text[:base] if turn is not None else ""
-            out = Cleared(ev.turn_id, ev.last_pts_ms + off, prefix + ev.text_spoken, ev.text_remaining,
+            # the rest of the turn's whole text: a failover's resent pieces still held back never reached the server
+            remaining = turn.heard.text[base + len(ev.text_spoken):] if turn is not None else ev.text_remaining
+            out = Cleared(ev.turn_id, ev.last_pts_ms + off, prefix + ev.text_spoken, remaining,
                           ev.dropped_audio_ms, ev.received_s)
             if turn is not None:
                 self._turn_ended(turn)
