@@ -199,9 +199,10 @@ class Words:
 class Failover:
     """Client-side record (never sent by a server): the stream broke mid-turn and this library carried the call to
     another ready server (FailoverPolicy). One per unfinished turn, delivered just before that turn's first event
-    from the new server. `gap_ms`: REALTIME, the silence the library filled in (flagged Audio frames, paced)
-    between the last audio received before the break and the first audio after it; ASAP, the wall time from the
-    break to the new server's first event. `heard_text` + `resent_text` is the turn's text: the first was heard
+    from the new server. `gap_ms`: REALTIME, the silence the caller had, in media time from the end of the last
+    frame received from the old server to the first frame of the new one (the slots already missed when the break
+    was seen, a jump of pts, then the flagged silence frames the library filled in, paced); ASAP, the wall time
+    from the break to the new server's first event. `heard_text` + `resent_text` is the turn's text: the first was heard
     (whole words, by the word timings, else reached marks), the second was sent to the new server (a word heard
     only in part included). Media times, seq and turn ids go on as if nothing had happened."""
 

@@ -386,6 +386,7 @@ class FailoverConversation(Conversation):
             self._watch.clear_sent(turn_id)
             targets = ([self._turns[turn_id]] if turn_id in self._turns else [] if turn_id
                        else list(self._turns.values()))
+            cleared_here = 0
             for t in targets:
                 if t.state == "ended":
                     continue
@@ -394,10 +395,9 @@ class FailoverConversation(Conversation):
                     t.clear_sent = True
                 else:  # nothing of it reached this server: cleared here, the server would not know the turn
                     self._clear_locally(t)
-            if turn_id and turn_id in self._turns and turn_id not in self._on_server:
-                return time.perf_counter()
-            if not turn_id and targets and not any(t.clear_sent for t in targets):
-                return time.perf_counter()
+                    cleared_here += 1
+            if cleared_here and not any(t.clear_sent for t in targets):
+                return time.perf_counter()  # nothing for the server to clear
             return await self._send(pb.ClientEvent(clear=pb.Clear(turn_id=turn_id)))
 
     async def end(self) -> float:

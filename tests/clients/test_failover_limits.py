@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from clients.client import Audio, Failover, TurnDone, TurnError, VoxpoolClient, Words
+from clients.client import Audio, Cleared, Failover, TurnDone, TurnError, VoxpoolClient, Words
 from tests.clients.proxy import Proxy
 from tests.clients.test_failover import WAIT_S, assert_contiguous
 from tests.service.conftest import running_server
@@ -103,3 +103,31 @@ async def test_text_refused_for_buffer_space_is_not_spoken_twice_after_a_failove
     assert not any(isinstance(e, TurnError) for e in events[accepted_at:])
     assert [e.turn_id for e in events if isinstance(e, TurnDone)] == ["a"]
     assert_contiguous(events)
+
+
+async def test_a_clear_does_not_wait_behind_text_held_for_buffer_space():
+    async with running_server(decoder_steps=60) as first, running_server(decoder_steps=60, limits=SMALL) as second, \
+            Proxy(first.port) as proxy:
+        async with VoxpoolClient(proxy.target, service_config="") as client:
+            conv = await asyncio.wait_for(client.converse(pacing="REALTIME"), WAIT_S)
+            await conv.send_text(A, turn_id="a")
+            await conv.send_text(B, turn_id="b")
+            await conv.flush("b")
+            events, speech = [], 0
+            async for ev in conv:
+                events.append(ev)
+                if isinstance(ev, Audio) and not ev.silence:
+                    speech += 1
+                    if speech == 10:
+                        proxy.upstream_port = second.port
+                        proxy.sever()
+                if isinstance(ev, Failover) and ev.turn_id == "a":
+                    # a's remainder fills the new server's 40 characters: b is held back, all of it
+                    await conv.clear("b")
+                    await conv.end()
+    cleared = [e for e in events if isinstance(e, Cleared)]
+    assert len(cleared) == 1 and cleared[0].turn_id == "b"
+    assert cleared[0].text_spoken == "" and cleared[0].text_remaining == B
+    assert [e.turn_id for e in events if isinstance(e, TurnDone)] == ["a"]
+    assert not any(isinstance(e, Audio) and e.turn_id == "b" for e in events)
+    assert not any(isinstance(e, TurnError) for e in events), [e for e in events if isinstance(e, TurnError)]
