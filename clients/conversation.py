@@ -199,9 +199,10 @@ class Words:
 class Failover:
     """Client-side record (never sent by a server): the stream broke mid-turn and this library carried the call to
     another ready server (FailoverPolicy). One per unfinished turn, delivered just before that turn's first event
-    from the new server. `gap_ms`: REALTIME, the silence the library filled in (flagged Audio frames, paced)
-    between the last audio received before the break and the first audio after it; ASAP, the wall time from the
-    break to the new server's first event. `heard_text` + `resent_text` is the turn's text: the first was heard
+    from the new server. `gap_ms`: REALTIME, the silence the caller had, in media time from the end of the last
+    frame received from the old server to the first frame of the new one (the slots already missed when the break
+    was seen, a jump of pts, then the flagged silence frames the library filled in, paced); ASAP, the wall time
+    from the break to the new server's first event. `heard_text` + `resent_text` is the turn's text: the first was heard
     (whole words, by the word timings, else reached marks), the second was sent to the new server (a word heard
     only in part included). Media times, seq and turn ids go on as if nothing had happened."""
 
@@ -224,8 +225,16 @@ class FailoverPolicy:
     """Failover of Converse calls (VoxpoolClient(failover=...)): when a stream breaks with UNAVAILABLE or a lost
     connection (or ends without finishing its turns), reopen it on another ready server and resend each unfinished
     turn's unheard remainder. Attempts are spaced by a backoff doubling from `first_backoff_s` up to
-    `max_backoff_s` (or the server's pushback, when longer), at most `max_attempts` within `timeout_s`; then the
-    call ends with ServerUnavailable. `open_timeout_s` bounds one attempt (config sent → `started`)."""
+    `max_backoff_s`, each pause drawn at random from its upper `backoff_jitter` share ([b × (1 − jitter), b], so
+    calls moved together do not retry together; the server's pushback, when longer, wins), at most `max_attempts`
+    within `timeout_s`; then the call ends with ServerUnavailable. `open_timeout_s` bounds one attempt (config sent →
+    `started`); an attempt unanswered after `hedge_after_s` gets another one beside it (None: never), the first
+    to answer wins.
+
+    A server that stops sending without closing the connection (frozen, partitioned) counts as lost too, with
+    REALTIME pacing only: after `stall_timeout_s` without any message while a turn plays (the server sends a frame
+    every frame_ms then, silence included), or `first_audio_timeout_s` while a turn whose text it has waits for its
+    first frame. None turns a bound off (then only keepalive notices)."""
 
     enabled: bool = True
     max_attempts: int = 6
@@ -233,6 +242,10 @@ class FailoverPolicy:
     max_backoff_s: float = 1.0
     timeout_s: float = 10.0
     open_timeout_s: float = 5.0
+    backoff_jitter: float = 0.5
+    hedge_after_s: float | None = 0.2
+    stall_timeout_s: float | None = 0.8
+    first_audio_timeout_s: float | None = 30.0
 
 
 FAILOVER_OFF = FailoverPolicy(enabled=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -35,6 +36,8 @@ from clients.conversation import (
     text_spans,
 )
 from clients.heard import HeardTurn
+from clients.stall import FrameWatch, skipped_slots_ms
+from clients.text_budget import TextBudget, delta_pieces
 from protos.voxpool.v1 import tts_pb2 as pb
 
 if TYPE_CHECKING:  # the client opens these conversations; here it is only called back (converse_call, target)
@@ -78,6 +81,12 @@ def transport_lost(err: VoxpoolError) -> bool:
         w in details for w in LOST_CONNECTION_WORDS)
 
 
+def backoff_pause_s(backoff_s: float, jitter: float, draw: float) -> float:
+    """One pause of the reopen backoff: `backoff_s` less a random share of up to `jitter` of it (`draw` in [0, 1)),
+    so calls that broke together spread their retries."""
+    return backoff_s * (1.0 - min(max(jitter, 0.0), 1.0) * draw)
+
+
 def worth_retrying(err: VoxpoolError) -> bool:
     """A failed reopen that another attempt (maybe on another server) can fix."""
     return lost_connection(err) or err.code in (grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -118,6 +127,7 @@ class _Gap:
     reason: str
     from_session_id: str
     playing_turn: str | None  # the turn whose audio the silence stands in for; None: nothing was playing
+    skipped_ms: int = 0  # media time the caller had already gone without frames when the break was seen
     silence_frames: int = 0
     to_session_id: str = ""
     attempts: int = 0
@@ -159,6 +169,15 @@ class FailoverConversation(Conversation):
         self._wakeup: asyncio.Future | None = None  # set when a sender queues a record for the reader
         self._eof = False  # the stream ended with OK and nothing was left to do
         self._breaks_without_audio = 0  # failovers since the last speech frame from a server
+        self._watch = FrameWatch(policy.stall_timeout_s, policy.first_audio_timeout_s)  # a frozen server
+        self._reading_since_s = time.perf_counter()  # when the application last asked for an event
+        self._budget = TextBudget()  # the server's buffered text on this stream, bounded from above
+        # events the application (or a failover) sent that wait for buffer space on the server, in order:
+        # (event, turn id, code points of text)
+        self._backlog: deque[tuple[pb.ClientEvent, str, int]] = deque()
+        self._on_server: set[str] = set()  # turns the current stream's server knows (text or a mark written)
+        self._pump_task: asyncio.Task | None = None
+        self._rng = random.Random()
         self.session_id = ""
         self.failovers = 0
 
@@ -199,7 +218,12 @@ class FailoverConversation(Conversation):
 
     def _on_started(self, started: Started) -> None:
         self.session_id = started.session_id
-        self._max_delta_chars = started.raw.limits.max_delta_chars
+        limits = started.raw.limits
+        self._max_delta_chars = limits.max_delta_chars
+        self._budget.reset(limits.max_buffered_chars)
+        self._watch.reset(time.perf_counter())
+        self._backlog.clear()
+        self._on_server.clear()
 
     # ------------------------------------------------------------------ sending (journal, then the live stream)
 
@@ -211,7 +235,59 @@ class FailoverConversation(Conversation):
                 await self._call.write(event)
             except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
                 self._stream_live = False
+            except asyncio.CancelledError:  # the call was cancelled under a pending write (a failover)
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise
+                self._stream_live = False
         return time.perf_counter()
+
+    async def _write(self, event: pb.ClientEvent, turn_id: str = "", chars: int = 0) -> float:
+        """Write one journaled event to the live stream and account for it (text owed audio, buffer space);
+        `end` also closes the writing side. Call with the write lock held."""
+        kind = event.WhichOneof("event")
+        if kind in ("text", "mark"):
+            self._on_server.add(turn_id)
+        if chars:
+            self._budget.written(turn_id, chars)
+            self._watch.text_sent(turn_id, time.perf_counter())
+        t_sent = await self._send(event)
+        if kind == "end" and self._stream_live:
+            try:
+                await self._call.done_writing()
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                pass
+        return t_sent
+
+    async def _post(self, event: pb.ClientEvent, turn_id: str = "", chars: int = 0) -> float:
+        """Write a journaled event now, or queue it behind the events already waiting for buffer space on the
+        server (text that does not fit waits too): the server gets everything in the order it was sent."""
+        if not self._backlog and (not chars or self._budget.fits(chars)):
+            return await self._write(event, turn_id, chars)
+        self._backlog.append((event, turn_id, chars))
+        return time.perf_counter()
+
+    def _backlog_chars(self) -> int:
+        return sum(chars for _, _, chars in self._backlog)
+
+    async def _pump_locked(self) -> None:
+        """Write the waiting events that fit the server's buffer now. Call with the write lock held."""
+        while self._backlog and self._stream_live:
+            event, turn_id, chars = self._backlog[0]
+            if chars and not self._budget.fits(chars):
+                return
+            self._backlog.popleft()
+            await self._write(event, turn_id, chars)
+
+    async def _pump(self) -> None:
+        async with self._write_lock:
+            await self._pump_locked()
+
+    def _kick_pump(self) -> None:
+        """Buffer space came free on the server: write what waits for it (in a task: reading never waits on a
+        write)."""
+        if self._backlog and self._reopen_task is None and (self._pump_task is None or self._pump_task.done()):
+            self._pump_task = asyncio.get_running_loop().create_task(self._pump(), name="voxpool-backlog")
 
     def _check_open(self) -> None:
         if self._failed is not None:
@@ -249,6 +325,8 @@ class FailoverConversation(Conversation):
             turn = self._find(turn_id)
             if turn is not None and turn.state != "open":  # complete: the server answers UNKNOWN_TURN
                 return await self._send(pb.ClientEvent(text=pb.TextDelta(text=delta, turn_id=turn_id)))
+            if not self._budget.fits(len(delta), self._backlog_chars()):
+                return self._refuse_for_buffer(turn.turn_id if turn is not None else turn_id)
             if turn is None:
                 turn = self._new_turn(turn_id)
                 turn.options = options  # the server reads options on the delta that opens a turn
@@ -262,7 +340,17 @@ class FailoverConversation(Conversation):
             msg = pb.TextDelta(text=delta, turn_id=turn.turn_id, spans=proto_spans)
             if options is not None:
                 msg.turn_options.CopyFrom(options)
-            return await self._send(pb.ClientEvent(text=msg))
+            return await self._post(pb.ClientEvent(text=msg), turn.turn_id, len(delta))
+
+    def _refuse_for_buffer(self, turn_id: str) -> float:
+        """The delta might not fit the server's buffered-text limit: refused here as the server would refuse it
+        (retryable TEXT_TOO_LONG), never sent and never journaled, so no failover speaks it."""
+        now = time.perf_counter()
+        self._out.append(TurnError(
+            "TEXT_TOO_LONG", f"more than {self._budget.max_chars} characters waiting to be spoken; wait for audio "
+            "before sending more text", turn_id, True, now))
+        self._wake_reader()
+        return now
 
     async def flush(self, turn_id: str = "") -> float:
         self._check_open()
@@ -275,7 +363,7 @@ class FailoverConversation(Conversation):
             if not turn.on_stream:  # everything of it was heard before a failover: it is done
                 self._finish_locally(turn)
                 return time.perf_counter()
-            return await self._send(pb.ClientEvent(flush=pb.Flush(turn_id=turn.turn_id)))
+            return await self._post(pb.ClientEvent(flush=pb.Flush(turn_id=turn.turn_id)), turn.turn_id)
 
     async def mark(self, name: str, turn_id: str = "") -> float:
         self._check_open()
@@ -290,14 +378,26 @@ class FailoverConversation(Conversation):
                 self._wake_reader()
                 return time.perf_counter()
             turn.marks.append((len(turn.heard.text), name))
-            return await self._send(pb.ClientEvent(mark=pb.Mark(name=name, turn_id=turn.turn_id)))
+            return await self._post(pb.ClientEvent(mark=pb.Mark(name=name, turn_id=turn.turn_id)), turn.turn_id)
 
     async def clear(self, turn_id: str = "") -> float:
         self._check_open()
         async with self._write_lock:
-            for t in ([self._turns[turn_id]] if turn_id in self._turns else [] if turn_id else self._turns.values()):
-                if t.state != "ended":
+            self._watch.clear_sent(turn_id)
+            targets = ([self._turns[turn_id]] if turn_id in self._turns else [] if turn_id
+                       else list(self._turns.values()))
+            cleared_here = 0
+            for t in targets:
+                if t.state == "ended":
+                    continue
+                self._backlog = deque(b for b in self._backlog if b[1] != t.turn_id)  # barge-in waits for nothing
+                if t.turn_id in self._on_server:
                     t.clear_sent = True
+                else:  # nothing of it reached this server: cleared here, the server would not know the turn
+                    self._clear_locally(t)
+                    cleared_here += 1
+            if cleared_here and not any(t.clear_sent for t in targets):
+                return time.perf_counter()  # nothing for the server to clear
             return await self._send(pb.ClientEvent(clear=pb.Clear(turn_id=turn_id)))
 
     async def end(self) -> float:
@@ -308,18 +408,12 @@ class FailoverConversation(Conversation):
                     t.state = "complete"
                 if not t.on_stream:  # all of it was heard before a failover
                     self._finish_locally(t)
-            t_sent = await self._send(pb.ClientEvent(end=pb.End()))
             self._ended = True
-            if self._stream_live:
-                try:
-                    await self._call.done_writing()
-                except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
-                    pass
-            return t_sent
+            return await self._post(pb.ClientEvent(end=pb.End()))
 
     def cancel(self) -> None:
         self._finished = True  # reading on raises CANCELLED, as without failover
-        for task in (self._reopen_task, self._read_task):
+        for task in (self._reopen_task, self._read_task, self._pump_task):
             if task is not None:
                 task.cancel()
         self._call.cancel()
@@ -327,6 +421,7 @@ class FailoverConversation(Conversation):
     # ------------------------------------------------------------------ reading
 
     async def next_event(self) -> Event | None:
+        self._reading_since_s = time.perf_counter()
         while True:
             if self._out:
                 return self._out.popleft()
@@ -366,7 +461,8 @@ class FailoverConversation(Conversation):
     async def _next_message(self) -> Any:
         """The live stream's next message; None when, instead, a silence frame fell due, the reopen ended or a sender
         queued a record. The plain read is the fast path: no gap, no reopen, no turn waiting on a local record."""
-        if self._reopen_task is None and self._gap is None and self._read_task is None \
+        stall_at = self._stall_deadline_s()
+        if self._reopen_task is None and self._gap is None and self._read_task is None and stall_at is None \
                 and all(t.on_stream for t in self._turns.values()):
             return await self._call.read()
         waiting: asyncio.Future
@@ -377,14 +473,21 @@ class FailoverConversation(Conversation):
                 self._read_task = asyncio.ensure_future(self._call.read())
             waiting = self._read_task
         self._wakeup = asyncio.get_running_loop().create_future()
+        timeout_s = self._silence_due_in_s()
+        if stall_at is not None and waiting is self._read_task:
+            until_stall_s = max(0.0, stall_at - time.perf_counter())
+            timeout_s = until_stall_s if timeout_s is None else min(timeout_s, until_stall_s)
         try:
-            done, _ = await asyncio.wait({waiting, self._wakeup}, timeout=self._silence_due_in_s(),
+            done, _ = await asyncio.wait({waiting, self._wakeup}, timeout=timeout_s,
                                          return_when=asyncio.FIRST_COMPLETED)
         finally:
             self._wakeup = None
         if waiting not in done:
             if not done:
-                self._out.append(self._silence_frame())
+                if self._silence_due_in_s() is not None:
+                    self._out.append(self._silence_frame())
+                elif stall_at is not None and waiting is self._read_task and time.perf_counter() >= stall_at:
+                    self._on_stall()
             return None
         if waiting is self._reopen_task:
             self._reopen_task = None
@@ -396,6 +499,27 @@ class FailoverConversation(Conversation):
             return None
         self._read_task = None
         return waiting.result()
+
+    def _stall_deadline_s(self) -> float | None:
+        """REALTIME, on a live stream that owes audio: when it counts as lost if nothing arrives first."""
+        if self.started.pacing != "REALTIME" or self._gap is not None or self._reopen_task is not None \
+                or not self._stream_live or self._finished:
+            return None
+        return self._watch.deadline_s(self._reading_since_s)
+
+    def _on_stall(self) -> None:
+        """Nothing arrived within the bound while audio was owed: the server froze or the path to it is gone."""
+        silent_ms = round((time.perf_counter() - self._watch.activity_s) * 1000)
+        playing = bool(self._watch.playing)
+        task, self._read_task = self._read_task, None
+        if task is not None:
+            task.cancel()
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        what = ("mid-turn (REALTIME sends a frame every frame_ms)" if playing
+                else "while a turn waited for its first audio")
+        self._on_broken(ServerUnavailable(
+            grpc.StatusCode.UNAVAILABLE,
+            f"no message from the server for {silent_ms} ms {what}: the server froze or the path to it was lost"))
 
     def _wake_reader(self) -> None:
         if self._wakeup is not None and not self._wakeup.done():
@@ -421,8 +545,17 @@ class FailoverConversation(Conversation):
         playing = next((t.turn_id for t in self._turns.values()  # the first turn with something left to hear
                         if t.unfinished and t.heard.heard_chars() < len(t.heard.text)), None)
         first_due = max(now, self._last_audio_s + frame_s) if self._last_audio_s is not None else now
-        self._gap = _Gap(now, first_due, f"{err.code.name}: {err.details}", self.session_id, playing)
+        skipped_ms = 0
+        if playing is not None and self.started.pacing == "REALTIME":
+            # the caller already went without frames since the last one (a frozen server is noticed late): the
+            # media clock jumps by the missed slots, as a pacer does, instead of a burst of fill frames
+            skipped_ms = skipped_slots_ms(self._last_audio_s, now, self.started.frame_ms)
+            if skipped_ms:
+                self._next_pts_ms += skipped_ms
+                first_due = now
+        self._gap = _Gap(now, first_due, f"{err.code.name}: {err.details}", self.session_id, playing, skipped_ms)
         self._stream_live = False
+        self._backlog.clear()
         self._call.cancel()
         log.warning("voxpool stream %s broke (%s): failing over", self.session_id, self._gap.reason)
         self._reopen_task = asyncio.create_task(self._reopen(err), name="voxpool-failover")
@@ -452,39 +585,7 @@ class FailoverConversation(Conversation):
 
     async def _reopen(self, broke: VoxpoolError) -> None:
         """Open a new stream on a ready server (bounded attempts with backoff), then resend under the write lock."""
-        policy = self._policy
-        start = time.monotonic()
-        backoff_s = policy.first_backoff_s
-        attempts = 0
-        while True:
-            attempts += 1
-            remaining = None if self._deadline_s is None else self._deadline_s - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise VoxpoolError(grpc.StatusCode.DEADLINE_EXCEEDED, "the call's timeout ran out during failover")
-            call = self._client.converse_call(remaining)
-            try:
-                started = await asyncio.wait_for(self._handshake(call), policy.open_timeout_s)
-                break
-            except asyncio.CancelledError:  # the application cancelled the conversation
-                call.cancel()
-                raise
-            except (VoxpoolError, asyncio.TimeoutError) as exc:
-                call.cancel()
-                err = exc if isinstance(exc, VoxpoolError) else VoxpoolError(
-                    grpc.StatusCode.DEADLINE_EXCEEDED, f"no `started` within {policy.open_timeout_s:g} s")
-                elapsed = time.monotonic() - start
-                pause = max(backoff_s, (err.retry_after_ms or 0) / 1000.0)
-                if not worth_retrying(err):
-                    raise err
-                if attempts >= policy.max_attempts or elapsed + pause > policy.timeout_s:
-                    raise ServerUnavailable(
-                        grpc.StatusCode.UNAVAILABLE,
-                        f"failover gave up after {attempts} attempt(s) in {elapsed:.1f} s: no ready voxpool server "
-                        f"at {self._client.target} took the call (last: {err.code.name}: {err.details}); the stream "
-                        f"had broken with {broke.code.name}: {broke.details}") from None
-                log.info("failover attempt %d failed (%s); next in %.2f s", attempts, err, pause)
-                await asyncio.sleep(pause)
-                backoff_s = min(backoff_s * 2, policy.max_backoff_s)
+        call, started, attempts = await self._open_another(broke)
         async with self._write_lock:
             self._call = call
             self._stream_live = True
@@ -495,15 +596,76 @@ class FailoverConversation(Conversation):
             gap.to_session_id, gap.attempts = started.session_id, attempts
             resent_any = await self._resend()
             if self._ended:
-                await self._send(pb.ClientEvent(end=pb.End()))
-                try:
-                    await call.done_writing()
-                except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
-                    pass
+                await self._post(pb.ClientEvent(end=pb.End()))
         if not resent_any:
             self._end_gap()
         log.warning("voxpool call moved from %s to %s after %d attempt(s)", gap.from_session_id,
                     gap.to_session_id, attempts)
+
+    async def _open_another(self, broke: VoxpoolError) -> tuple[grpc.aio.StreamStreamCall, Started, int]:
+        """A new stream that answered `started`: (call, started, attempts). A failed attempt is followed by the next
+        after a jittered backoff; an attempt still unanswered after `hedge_after_s` gets another one beside it (a
+        frozen server may still look ready to the channel's round robin, which then picks the next server), and the
+        first to answer wins. At most `max_attempts` within `timeout_s`, else ServerUnavailable."""
+        policy = self._policy
+        start = time.monotonic()
+        backoff_s = policy.first_backoff_s
+        attempts = 0
+        pending: dict[asyncio.Task, grpc.aio.StreamStreamCall] = {}
+        next_at = start  # when the next attempt may start
+        last: VoxpoolError | None = None
+        try:
+            while True:
+                now = time.monotonic()
+                if attempts < policy.max_attempts and now >= next_at:
+                    remaining = None if self._deadline_s is None else self._deadline_s - now
+                    if remaining is not None and remaining <= 0:
+                        raise VoxpoolError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                           "the call's timeout ran out during failover")
+                    call = self._client.converse_call(remaining)
+                    task = asyncio.ensure_future(asyncio.wait_for(self._handshake(call), policy.open_timeout_s))
+                    pending[task] = call
+                    attempts += 1
+                    hedge = policy.hedge_after_s
+                    next_at = now + hedge if hedge is not None else float("inf")
+                if not pending:  # every attempt failed: give up, or wait out the backoff
+                    now = time.monotonic()
+                    elapsed = now - start
+                    assert last is not None
+                    if attempts >= policy.max_attempts or next_at - start > policy.timeout_s:
+                        raise ServerUnavailable(
+                            grpc.StatusCode.UNAVAILABLE,
+                            f"failover gave up after {attempts} attempt(s) in {elapsed:.1f} s: no ready voxpool "
+                            f"server at {self._client.target} took the call (last: {last.code.name}: "
+                            f"{last.details}); the stream had broken with {broke.code.name}: {broke.details}")
+                    await asyncio.sleep(max(0.0, next_at - now))
+                    continue
+                wait_s = max(0.0, next_at - now) if attempts < policy.max_attempts and next_at != float("inf") \
+                    else None
+                done, _ = await asyncio.wait(pending, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    call = pending.pop(task)
+                    exc = task.exception()
+                    if exc is None:
+                        return call, task.result(), attempts
+                    call.cancel()
+                    if not isinstance(exc, (VoxpoolError, asyncio.TimeoutError)):
+                        raise exc
+                    err = exc if isinstance(exc, VoxpoolError) else VoxpoolError(
+                        grpc.StatusCode.DEADLINE_EXCEEDED, f"no `started` within {policy.open_timeout_s:g} s")
+                    if not worth_retrying(err):
+                        raise err
+                    last = err
+                    pause = max(backoff_pause_s(backoff_s, policy.backoff_jitter, self._rng.random()),
+                                (err.retry_after_ms or 0) / 1000.0)
+                    backoff_s = min(backoff_s * 2, policy.max_backoff_s)
+                    next_at = time.monotonic() + pause
+                    log.info("failover attempt failed (%s); next in %.2f s", err, pause)
+        finally:  # the winner returned, or no attempt is wanted any more (gave up, or the application cancelled)
+            for task, call in pending.items():
+                task.cancel()
+                call.cancel()
+                task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     async def _resend(self) -> bool:
         """Each unfinished turn's unheard remainder (text, marks not reached, flush) on the new stream, in order;
@@ -542,23 +704,27 @@ class FailoverConversation(Conversation):
                 if pos > cursor:
                     await self._send_text_piece(turn, cursor, pos)
                     cursor = pos
-                await self._send(pb.ClientEvent(mark=pb.Mark(name=name, turn_id=turn.turn_id)))
+                await self._post(pb.ClientEvent(mark=pb.Mark(name=name, turn_id=turn.turn_id)), turn.turn_id)
             if cursor < len(text):
                 await self._send_text_piece(turn, cursor, len(text))
             if turn.state == "complete":
-                await self._send(pb.ClientEvent(flush=pb.Flush(turn_id=turn.turn_id)))
+                await self._post(pb.ClientEvent(flush=pb.Flush(turn_id=turn.turn_id)), turn.turn_id)
             resent_any = True
         return resent_any
 
     async def _send_text_piece(self, turn: _Turn, start: int, end: int) -> None:
-        """Text [start, end) of the turn as one delta, with the spans that lie wholly inside it; the turn's options
-        (rate, volume) go on the piece that opens it on this stream."""
-        spans = [pb.TextSpan(start=s - start, end=e - start, kind=k) for s, e, k in turn.spans
-                 if s >= start and e <= end]
-        msg = pb.TextDelta(text=turn.heard.text[start:end], turn_id=turn.turn_id, spans=spans)
-        if turn.options is not None and start == turn.base_char:
-            msg.turn_options.CopyFrom(turn.options)
-        await self._send(pb.ClientEvent(text=msg))
+        """Text [start, end) of the turn in deltas the server takes (at most its delta limit, and never more than
+        its buffered-text limit at once: what does not fit waits for the turns before it to drain), each with the
+        spans that lie wholly inside it; the turn's options (rate, volume) go on the piece that opens it here."""
+        limit = self._max_delta_chars
+        if self._budget.max_chars:
+            limit = min(limit, self._budget.max_chars) if limit else self._budget.max_chars
+        for a, b in delta_pieces(start, end, turn.heard.text, limit, [(s, e) for s, e, _ in turn.spans]):
+            spans = [pb.TextSpan(start=s - a, end=e - a, kind=k) for s, e, k in turn.spans if s >= a and e <= b]
+            msg = pb.TextDelta(text=turn.heard.text[a:b], turn_id=turn.turn_id, spans=spans)
+            if turn.options is not None and a == turn.base_char:
+                msg.turn_options.CopyFrom(turn.options)
+            await self._post(pb.ClientEvent(text=msg), turn.turn_id, b - a)
 
     async def _resend_ssml(self, turn: _Turn) -> bool:
         """An SSML turn's heard text counts code points of its text content, not of the markup the client holds,
@@ -579,7 +745,7 @@ class FailoverConversation(Conversation):
         turn.base_char = 0
         await self._send_text_piece(turn, 0, len(turn.heard.text))
         if turn.state == "complete":
-            await self._send(pb.ClientEvent(flush=pb.Flush(turn_id=turn.turn_id)))
+            await self._post(pb.ClientEvent(flush=pb.Flush(turn_id=turn.turn_id)), turn.turn_id)
         return True
 
     def _finish_locally(self, turn: _Turn) -> None:
@@ -588,11 +754,23 @@ class FailoverConversation(Conversation):
         self._turn_ended(turn)
         self._wake_reader()
 
+    def _clear_locally(self, turn: _Turn) -> None:
+        """A clear for a turn nothing of which reached the current server: its Cleared, built here."""
+        heard = turn.heard.heard_chars()
+        text = turn.heard.text
+        self._out.append(Cleared(turn.turn_id, self._next_pts_ms, text[:heard], text[heard:], 0, time.perf_counter()))
+        self._turn_ended(turn)
+        self._wake_reader()
+
     def _turn_ended(self, turn: _Turn) -> None:
         """Done, cleared or failed: the server forgets it (its id may open a new turn), and so does the journal."""
         turn.state = "ended"
         if self._turns.get(turn.turn_id) is turn:
             del self._turns[turn.turn_id]
+            self._watch.turn_ended(turn.turn_id)
+            self._on_server.discard(turn.turn_id)
+            if self._budget.turn_ended(turn.turn_id):
+                self._kick_pump()
 
     def _end_gap(self) -> None:
         """The new stream's first event: its media clock continues the caller's; report the gap per turn."""
@@ -602,7 +780,7 @@ class FailoverConversation(Conversation):
         self._pts_offset_ms = self._next_pts_ms
         self._seq_offset = self._next_seq
         if self.started.pacing == "REALTIME":
-            gap_ms = gap.silence_frames * self.started.frame_ms
+            gap_ms = gap.skipped_ms + gap.silence_frames * self.started.frame_ms
         else:
             gap_ms = round((time.perf_counter() - gap.start_s) * 1000)
         now = time.perf_counter()
@@ -614,6 +792,10 @@ class FailoverConversation(Conversation):
         """One event of the live stream, on the caller's clock and turn text, into the outgoing queue."""
         if isinstance(ev, Started):
             return
+        if isinstance(ev, Audio):
+            self._watch.frame(ev.turn_id, ev.received_s)
+        else:
+            self._watch.message(ev.received_s)
         if self._gap is not None and self._reopen_task is None and not isinstance(ev, ServerWarning):
             self._end_gap()
         off = self._pts_offset_ms
@@ -633,6 +815,8 @@ class FailoverConversation(Conversation):
                 turn.heard.audio(out.pts_ms, out.duration_ms, out.silence)
                 turn.speech_ms += 0 if out.silence else out.duration_ms
         elif isinstance(ev, Words):
+            if ev.words and self._budget.timed(ev.turn_id, max(w.end_char for w in ev.words)):
+                self._kick_pump()
             words = tuple(WordTime(w.text, w.start_char + base, w.end_char + base, w.start_pts_ms + off,
                                    w.end_pts_ms + off) for w in ev.words)
             if turn is not None:
@@ -649,7 +833,9 @@ class FailoverConversation(Conversation):
                     turn.heard.mark_reached(pending[0])
         elif isinstance(ev, Cleared):
             prefix = turn.heard.text[:base] if turn is not None else ""
-            out = Cleared(ev.turn_id, ev.last_pts_ms + off, prefix + ev.text_spoken, ev.text_remaining,
+            # the rest of the turn's whole text: a failover's resent pieces still held back never reached the server
+            remaining = turn.heard.text[base + len(ev.text_spoken):] if turn is not None else ev.text_remaining
+            out = Cleared(ev.turn_id, ev.last_pts_ms + off, prefix + ev.text_spoken, remaining,
                           ev.dropped_audio_ms, ev.received_s)
             if turn is not None:
                 self._turn_ended(turn)

@@ -1,6 +1,11 @@
-"""Pod-kill drill, load lane: what a caller with the client library hears at the seam. The reported gap (the flagged
-silence filled in) and the wall time between the last speech frame from the killed server and the first from the
-other stay within 1.5 s for every call (the drill and its order checks: tests/reliability/test_failover_drill.py)."""
+"""Pod-kill and frozen-pod drills, load lane: what a caller with the client library hears at the seam. For every
+call, the reported gap (the caller's media time from the old server's last frame to the new server's first) and
+the wall time between the last speech frame from the old server and the first from the other stay within 1.5 s,
+after `kill -9` and after SIGSTOP (the drills and their order checks: tests/reliability/test_failover_drill.py)."""
+
+import signal
+
+import pytest
 
 from clients.client import Audio, Failover
 from tests.reliability.test_failover_drill import heard_once, run_drill, tiny_voice_dir  # noqa: F401 (fixture)
@@ -8,8 +13,9 @@ from tests.reliability.test_failover_drill import heard_once, run_drill, tiny_vo
 GAP_BOUND_MS = 1500
 
 
-async def test_kill_9_gap_within_1_5_s(tiny_voice_dir, tmp_path):  # noqa: F811
-    on_victim, _, _, _ = await run_drill(tiny_voice_dir, tmp_path)
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGSTOP], ids=["kill-9", "sigstop"])
+async def test_gap_within_1_5_s(tiny_voice_dir, tmp_path, stop):  # noqa: F811
+    on_victim, _, _, _ = await run_drill(tiny_voice_dir, tmp_path, stop)
     rows = []
     for call in on_victim:
         assert call.error is None, repr(call.error)
@@ -21,7 +27,7 @@ async def test_kill_9_gap_within_1_5_s(tiny_voice_dir, tmp_path):  # noqa: F811
         _, _, _, partly = heard_once(call)
         rows.append((fo.gap_ms, wall_ms, fo.attempts, partly, len(fo.heard_text), len(fo.resent_text)))
     for gap_ms, wall_ms, attempts, partly, heard, resent in rows:
-        print(f"failover: gap {gap_ms} ms reported, {wall_ms:.0f} ms between speech frames, {attempts} attempt(s), "
-              f"{partly} word(s) repeated, {heard} chars heard + {resent} resent")
+        print(f"failover ({signal.Signals(stop).name}): gap {gap_ms} ms reported, {wall_ms:.0f} ms between speech "
+              f"frames, {attempts} attempt(s), {partly} word(s) repeated, {heard} chars heard + {resent} resent")
     assert max(r[0] for r in rows) <= GAP_BOUND_MS, rows
     assert max(r[1] for r in rows) <= GAP_BOUND_MS, rows
