@@ -11,6 +11,7 @@ from service.audio.framer import frame_bytes
 from service.config import ServiceConfig
 from service.errors import InvalidArgument
 from service.language import matches as language_matches
+from service.pacing import checked_frames_per_event
 
 ENCODINGS = {pb.AudioFormat.PCMU: "PCMU", pb.AudioFormat.PCMA: "PCMA", pb.AudioFormat.L16: "L16"}
 ENCODING_ENUM = {v: k for k, v in ENCODINGS.items()}
@@ -91,6 +92,7 @@ class SessionSettings:
     word_timestamps: bool = False  # send WordTimestamps events (opt-in)
     volume_db: float = 0.0  # output gain of every turn unless the turn sets its own
     speaking_rate: float = 1.0  # every turn's rate unless the turn sets its own (the engine time-scales the mel)
+    frames_per_event: int = 1  # audio frames per ServerEvent (more than 1: audio_batch events)
 
     @property
     def frame_bytes(self) -> int:
@@ -113,6 +115,7 @@ class SessionSettings:
             word_timestamps=self.word_timestamps,
             volume_db=self.volume_db,
             speaking_rate=self.speaking_rate,
+            frames_per_event=self.frames_per_event,
         )
         cfg.lexicon.update(dict(self.lexicon))
         return cfg
@@ -133,6 +136,7 @@ def negotiate(
     word_timestamps: bool = False,
     volume_db: float | None = None,
     speaking_rate: float | None = None,
+    frames_per_event: int = 0,
 ) -> SessionSettings:
     """Validate the client's choices; InvalidArgument names the field and the accepted values."""
     name = voice_name or next((v.name for v in voices.values() if v.is_default), "")
@@ -163,6 +167,7 @@ def negotiate(
     lead_ms = pacing.lead_ms if pacing.HasField("lead_ms") else cfg.audio.lead_ms
     if lead_ms > 500:
         raise InvalidArgument(f"pacing.lead_ms {lead_ms} is over the maximum 500")
+    packed = checked_frames_per_event(frames_per_event, frame_ms, lead_ms, mode)
     preroll = preroll_ms or cfg.audio.preroll_ms
     if preroll > MAX_PREROLL_MS:
         raise InvalidArgument(f"preroll_ms {preroll} is over the maximum {MAX_PREROLL_MS}")
@@ -187,6 +192,7 @@ def negotiate(
         word_timestamps=bool(word_timestamps and voice.step_samples > 0),
         volume_db=volume,
         speaking_rate=rate_x,
+        frames_per_event=packed,
     )
 
 
