@@ -29,8 +29,10 @@ def window_samples(sample_rate_hz: int) -> int:
     return max(1, round(sample_rate_hz * WINDOW_MS / 1000))
 
 
-def levels_dbfs(samples: np.ndarray, sample_rate_hz: int) -> np.ndarray:
-    """RMS level of each WINDOW_MS window of float samples [N] (a last partial window included), in dBFS."""
+def levels_dbfs(samples: np.ndarray, sample_rate_hz: int, band_hz: float | None = None) -> np.ndarray:
+    """RMS level of each WINDOW_MS window of float samples [N] (a last partial window included), in dBFS.
+    `band_hz`: only what lies at or below this frequency counts (what a call at a lower rate carries: an
+    affricate's hiss above 4 kHz is not heard at 8 kHz); None: the whole band."""
     x = np.asarray(samples, np.float32).reshape(-1)
     w = window_samples(sample_rate_hz)
     n = -(-len(x) // w)
@@ -38,15 +40,24 @@ def levels_dbfs(samples: np.ndarray, sample_rate_hz: int) -> np.ndarray:
         return np.zeros(0, np.float32)
     padded = np.zeros(n * w, np.float32)
     padded[: len(x)] = x
-    power = np.square(padded, dtype=np.float64).reshape(n, w).sum(axis=1)
+    frames = padded.reshape(n, w).astype(np.float64)
+    top_bin = w // 2 if band_hz is None else min(w // 2, int(band_hz * w // sample_rate_hz))
+    if top_bin >= w // 2:
+        power = np.square(frames).sum(axis=1)
+    else:  # Parseval over the window's bins up to band_hz (DC once, the others for both signs), Hann-tapered so
+        # that a loud band above does not leak into the bins below; divided by the taper's own power
+        taper = np.hanning(w + 2)[1:-1]
+        spectrum = np.square(np.abs(np.fft.rfft(frames * taper, axis=1)[:, : top_bin + 1]))
+        power = (spectrum[:, 0] + 2.0 * spectrum[:, 1:].sum(axis=1)) / w / float(np.mean(np.square(taper)))
     counts = np.full(n, w, np.float64)
     counts[-1] = len(x) - (n - 1) * w
     return (10.0 * np.log10(power / counts + _FLOOR_POWER)).astype(np.float32)
 
 
-def speech_onset(samples: np.ndarray, sample_rate_hz: int) -> int | None:
-    """First sample of the first window at or above SPEECH_DBFS (None: no speech in `samples`)."""
-    hits = np.flatnonzero(levels_dbfs(samples, sample_rate_hz) >= SPEECH_DBFS)
+def speech_onset(samples: np.ndarray, sample_rate_hz: int, band_hz: float | None = None) -> int | None:
+    """First sample of the first window at or above SPEECH_DBFS, in the band up to `band_hz` (None: no speech in
+    `samples`)."""
+    hits = np.flatnonzero(levels_dbfs(samples, sample_rate_hz, band_hz) >= SPEECH_DBFS)
     return int(hits[0]) * window_samples(sample_rate_hz) if hits.size else None
 
 

@@ -76,6 +76,7 @@ class TurnAudio:
         self._leading = True  # the turn's first segment may still be in the model's leading silence
         self._held = np.zeros(0, np.float32)  # its samples held while no speech came (at most ONSET_KEEP_MS)
         self._onset_keep = round(ONSET_KEEP_MS * s.voice.sample_rate_hz / 1000)
+        self._band_hz = s.sample_rate_hz / 2  # speech is what the call's rate carries
         self.trimmed_samples = 0  # voice-rate samples of leading silence dropped
         self._speech_sample: int | None = None  # where the turn's first speech starts among the samples pushed
         self._onset_marked = False
@@ -165,7 +166,7 @@ class TurnAudio:
         """The turn's first segment before its first speech: hold at most ONSET_KEEP_MS of it and drop the rest;
         once speech comes, the samples from ONSET_KEEP_MS before it on (and the trim ends)."""
         held = np.concatenate([self._held, samples]) if len(self._held) else samples
-        onset = speech_onset(held, self._voice_rate_hz)
+        onset = speech_onset(held, self._voice_rate_hz, self._band_hz)
         if onset is None:
             drop = max(0, len(held) - self._onset_keep)
             self.trimmed_samples += drop
@@ -186,7 +187,7 @@ class TurnAudio:
     def _push_speech(self, samples: np.ndarray, text_pos: int) -> list[OutFrame]:
         """Model samples (the turn's first speech noted, on the voice's own level) → gain → frames."""
         if self._speech_sample is None and self.gain > 0.0:
-            onset = speech_onset(samples, self._voice_rate_hz)
+            onset = speech_onset(samples, self._voice_rate_hz, self._band_hz)
             if onset is not None:
                 self._speech_sample = self._voice_samples + onset
         if self.gain != 1.0:  # the turn's volume, on the voice-rate samples; a gain above 0 dB is limited to full scale

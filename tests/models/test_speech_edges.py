@@ -78,3 +78,13 @@ def test_a_last_chunk_without_speech_is_gated_after_the_tail_it_starts_in() -> N
     assert np.all(levels_dbfs(gated[end:], SR) < GATE_DBFS)
     silent = floor(200)
     assert np.all(levels_dbfs(gate_tail(np.concatenate([silent, tone(15, -40.0)]), SR), SR) < GATE_DBFS)
+
+
+def test_band_limited_levels_hear_only_what_the_call_carries() -> None:
+    low, high = tone(50, -30.0, hz=1000.0), tone(50, -30.0, hz=6000.0)
+    assert np.allclose(levels_dbfs(low, SR, band_hz=4000), levels_dbfs(low, SR), atol=0.1)
+    assert np.all(levels_dbfs(high, SR, band_hz=4000) < -60) and np.allclose(levels_dbfs(high, SR), -30.0, atol=0.3)
+    # hiss first, voice 40 ms later: at 8 kHz speech starts with the voice
+    audio = np.concatenate([floor(100), high[: ms(40)], low])
+    assert speech_onset(audio, SR) == ms(100)
+    assert speech_onset(audio, SR, band_hz=4000) == ms(140)
