@@ -163,7 +163,7 @@ async def run_turn(client: VoxpoolClient, spec: TurnSpec, st: Settings, t0: floa
             rec["status"] = f"inband:{inband[0]}"
     if done is not None:
         rec["server"] = {"ttfa_ms": done.ttfa_ms, "audio_ms": done.audio_ms, "underruns": done.underruns,
-                         "late_chunks": done.late_chunks, "chunks": done.chunks}
+                         "late_chunks": done.late_chunks, "chunks": done.chunks, "ttfs_ms": done.ttfs_ms}
     ref = min(ref_s, flush_s) if not math.isnan(ref_s) else flush_s
     rec.update(turn_metrics(TurnTimeline(ref, flush_s, frames), burst_gap_s=st.burst_gap_s,
                             prebuffers_ms=st.prebuffers_ms, tolerance_s=st.tolerance_s))
@@ -297,6 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--encoding", choices=["pcmu", "pcma", "l16", "PCMU", "PCMA", "L16"], default="pcmu")
     g.add_argument("--sample-rate-hz", type=int, default=8000)
     g.add_argument("--frame-ms", type=int, default=20)
+    g.add_argument("--frames-per-event", type=int, default=1,
+                   help="audio frames per server event (REALTIME: needs --lead-ms of at least this × frame-ms)")
     g.add_argument("--voice", default="")
     g = p.add_argument_group("metrics and output")
     g.add_argument("--prebuffer-ms", default="0,100,200", help="client pre-buffers for the stall simulation")
@@ -327,7 +329,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         raise BenchError(f"--prebuffer-ms: expected integers, got {args.prebuffer_ms!r}") from None
     try:
         config = session_config(args.voice, args.encoding, args.sample_rate_hz, args.frame_ms, pacing,
-                                lead_ms=args.lead_ms, seed=args.seed, word_timestamps=args.word_timestamps)
+                                lead_ms=args.lead_ms, seed=args.seed, word_timestamps=args.word_timestamps,
+                                frames_per_event=args.frames_per_event)
     except ClientConfigError as exc:
         raise BenchError(str(exc)) from None
     return Settings(config=config, stream_text=args.stream_text, delta_chars=delta_chars,

@@ -14,6 +14,8 @@
 # * TTFA: first speech frame − the moment the text became synthesizable (the send of the delta holding the
 #   first sentence/clause mark, or the flush, whichever came first). FCL = TTFA; LCL = last speech frame −
 #   the same reference; RTF = LCL / speech audio duration (EITTS); with REALTIME pacing RTF ≈ 1 by design.
+# * TTFS (time to first speech): TTFA plus the server's media time from the first audio frame to the first sample of
+#   speech (turn_done.ttfs_ms − turn_done.ttfa_ms, exact on the media clock): when the caller starts to hear speech.
 # * Fill frames: silence frames after a turn's first speech frame (REALTIME underrun fill). The chunk rule
 #   models a player with a buffer, which the REALTIME lead may keep fed across a short fill; a gateway that
 #   writes frames straight to RTP plays every fill frame, so they are counted apart (`fill_frames`).
@@ -197,6 +199,9 @@ def summarize(turns: Sequence[Mapping[str, Any]], *, wall_s: float, prebuffers_m
         "rtf": describe(t["rtf"] for t in ok),
         "setup_ms": describe(t["setup_ms"] for t in turns if t.get("setup_ms") is not None),
         "server_ttfa_ms": describe(t["server"]["ttfa_ms"] for t in ok if t.get("server")),
+        "ttfs_ms": describe(t["ttfa_ms"] + t["server"]["ttfs_ms"] - t["server"]["ttfa_ms"]
+                            for t in ok if t.get("server", {}).get("ttfs_ms")),
+        "server_ttfs_ms": describe(t["server"]["ttfs_ms"] for t in ok if t.get("server", {}).get("ttfs_ms")),
         "chunk_on_time_fraction": (sum(t["on_time_fraction"] for t in ok) / len(ok)) if ok else math.nan,
         "all_on_time_fraction": (sum(1 for t in ok if t["all_on_time"]) / n) if n else math.nan,
         "turns_with_fill_fraction": (sum(1 for t in ok if t.get("fill_frames", 0) > 0) / len(ok)) if ok else math.nan,

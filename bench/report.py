@@ -21,7 +21,7 @@ def _load_label(run: dict[str, Any]) -> str:
 def runs_table(runs: Sequence[dict[str, Any]], prebuffers_ms: Sequence[int]) -> str:
     """Markdown table: one row per run."""
     stall_cols = " | ".join(f"stall {p} ms: mean s / stalled" for p in prebuffers_ms)
-    head = (f"| target | load | turns | ok | errors | TTFA p50 | TTFA p90 | TTFA p99 | LCL p50 | RTF p50 | "
+    head = (f"| target | load | turns | ok | errors | TTFA p50 | TTFA p90 | TTFA p99 | TTFS p50 / p90 | LCL p50 | RTF p50 | "
             f"chunks on time | turns on time | turns with fill | {stall_cols} | sched lag p99 |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in runs:
@@ -33,12 +33,18 @@ def runs_table(runs: Sequence[dict[str, Any]], prebuffers_ms: Sequence[int]) -> 
             for p in prebuffers_ms)
         lines.append(
             f"| {r['target']} | {_load_label(r)} | {s['turns']} | {s['ok']} | {errs} | {_fmt(s['ttfa_ms']['p50'])} | "
-            f"{_fmt(s['ttfa_ms']['p90'])} | {_fmt(s['ttfa_ms']['p99'])} | {_fmt(s['lcl_ms']['p50'])} | "
+            f"{_fmt(s['ttfa_ms']['p90'])} | {_fmt(s['ttfa_ms']['p99'])} | {_ttfs(s)} | {_fmt(s['lcl_ms']['p50'])} | "
             f"{_fmt(s['rtf']['p50'], '.2f')} | {_fmt(_pct(s['chunk_on_time_fraction']), '.1f')}% | "
             f"{_fmt(_pct(s['all_on_time_fraction']), '.1f')}% | "
             f"{_fmt(_pct(s.get('turns_with_fill_fraction')), '.1f')}% | {stalls} | "
             f"{_fmt(s['schedule_lag_ms']['p99'], '.1f')} |")
     return "\n".join(lines)
+
+
+def _ttfs(summary: dict[str, Any]) -> str:
+    """Time to first speech p50 / p90 (bench_metrics), "–" for a run that did not record it."""
+    t = summary.get("ttfs_ms")
+    return f"{_fmt(t['p50'])} / {_fmt(t['p90'])}" if t and t.get("n") else "–"
 
 
 def _pct(x: float | None) -> float | None:

@@ -38,6 +38,7 @@ from clients.conversation import (  # noqa: F401
     _voice_info,
     error_from_rpc,
     event_from_proto,
+    events_from_proto,
     failover_policy,
     text_spans,
     turn_options,
@@ -95,12 +96,15 @@ def session_config(voice: str = "", encoding: str = "PCMU", sample_rate_hz: int 
                    pacing: str = "REALTIME", *, lead_ms: int | None = None, preroll_ms: int = 0,
                    fade_ms: int | None = None, language: str = "", lexicon: Mapping[str, str] | None = None,
                    one_as_yao: bool | None = None, seed: int | None = None, word_timestamps: bool = False,
-                   speaking_rate: float | None = None, volume_db: float | None = None) -> pb.SessionConfig:
-    """The SessionConfig message for Converse (see tts.proto for every field's meaning and default)."""
+                   speaking_rate: float | None = None, volume_db: float | None = None,
+                   frames_per_event: int = 1) -> pb.SessionConfig:
+    """The SessionConfig message for Converse (see tts.proto for every field's meaning and default).
+    `frames_per_event` > 1 asks for audio frames packed into `audio_batch` events (REALTIME: lead_ms must be at
+    least frames_per_event × frame_ms); this library reads both forms as the same Audio records."""
     cfg = pb.SessionConfig(
         voice=voice, audio=audio_format(encoding, sample_rate_hz, frame_ms, fade_ms),
         pacing=pacing_proto(pacing, lead_ms), preroll_ms=int(preroll_ms), language=language,
-        word_timestamps=bool(word_timestamps),
+        word_timestamps=bool(word_timestamps), frames_per_event=int(frames_per_event),
     )
     if lexicon:
         cfg.lexicon.update(dict(lexicon))
@@ -230,7 +234,8 @@ class VoxpoolClient:
                          preroll_ms: int = 0, spans: Sequence[tuple[int, int, str]] | None = None,
                          lexicon: Mapping[str, str] | None = None, seed: int | None = None,
                          ssml: bool = False, speaking_rate: float | None = None, volume_db: float | None = None,
-                         word_timestamps: bool = False, timeout_s: float | None = None) -> AsyncIterator[Event]:
+                         word_timestamps: bool = False, frames_per_event: int = 1,
+                         timeout_s: float | None = None) -> AsyncIterator[Event]:
         """Speak one text: yields Started, the Audio frames (with Words before them when `word_timestamps`),
         then TurnDone (or TurnError). `ssml`: the text is an SSML document (docs/ssml.md).
 
@@ -240,7 +245,7 @@ class VoxpoolClient:
         req = pb.SynthesizeRequest(
             text=text, voice=voice, audio=audio_format(encoding, sample_rate_hz, frame_ms),
             spans=text_spans(spans), pacing=pacing_proto(pacing, lead_ms), preroll_ms=int(preroll_ms),
-            word_timestamps=bool(word_timestamps),
+            word_timestamps=bool(word_timestamps), frames_per_event=int(frames_per_event),
         )
         if ssml or speaking_rate is not None or volume_db is not None:
             req.options.CopyFrom(turn_options("SSML" if ssml else "PLAIN", speaking_rate=speaking_rate,
@@ -261,7 +266,8 @@ class VoxpoolClient:
                     if code != grpc.StatusCode.OK:
                         raise VoxpoolError(code, await call.details() or "")
                     return
-                yield event_from_proto(msg, time.perf_counter())
+                for ev in events_from_proto(msg, time.perf_counter()):
+                    yield ev
         finally:
             if not call.done():
                 call.cancel()
@@ -274,7 +280,7 @@ class VoxpoolClient:
 
         `config` (a ready SessionConfig) wins over the plain arguments; `config_kw` go to `session_config`
         (lead_ms, preroll_ms, fade_ms, language, lexicon, one_as_yao, seed, word_timestamps, speaking_rate,
-        volume_db). `timeout_s` bounds the whole stream
+        volume_db, frames_per_event). `timeout_s` bounds the whole stream
         (each stream after a failover gets what is left of it). `failover`: None = the client's policy.
         """
         if config is None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -108,7 +109,9 @@ class Started:
 
 @dataclass(frozen=True, slots=True)
 class Audio:
-    """One frame, exactly `duration_ms` long; `silence` marks pre-roll and underrun fill (still audio to play)."""
+    """One frame, exactly `duration_ms` long; `silence` marks pre-roll and underrun fill (still audio to play).
+    Frames the server packed into one `audio_batch` event (SessionConfig.frames_per_event) arrive as one Audio each,
+    in order, with the same `received_s`."""
 
     payload: bytes
     seq: int
@@ -121,7 +124,8 @@ class Audio:
 
 @dataclass(frozen=True, slots=True)
 class TurnDone:
-    """All of a flushed turn's audio was released; the numbers are the server's view."""
+    """All of a flushed turn's audio was released; the numbers are the server's view. `ttfs_ms`: time to first
+    speech (TTFA plus the media time to the first speech sample; 0 from a server that does not report it)."""
 
     turn_id: str
     ttfa_ms: int
@@ -130,6 +134,7 @@ class TurnDone:
     late_chunks: int
     chunks: int
     received_s: float = 0.0
+    ttfs_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,12 +267,28 @@ def _voice_info(v: pb.Voice) -> VoiceInfo:
     return VoiceInfo(v.name, v.language, v.sample_rate_hz, v.license, v.description, v.is_default)
 
 
+def _audio(a: pb.AudioFrame, received_s: float) -> Audio:
+    return Audio(a.payload, a.seq, a.pts_ms, a.duration_ms, a.turn_id, a.silence, received_s)
+
+
+def events_from_proto(msg: pb.ServerEvent, received_s: float = 0.0) -> list[Event]:
+    """The typed records one ServerEvent carries: one Audio per frame of an `audio_batch`, else one record;
+    raises ValueError on an empty event or batch."""
+    if msg.WhichOneof("event") == "audio_batch":
+        if not msg.audio_batch.frames:
+            raise ValueError("ServerEvent carries an empty audio_batch")
+        return [_audio(a, received_s) for a in msg.audio_batch.frames]
+    return [event_from_proto(msg, received_s)]
+
+
 def event_from_proto(msg: pb.ServerEvent, received_s: float = 0.0) -> Event:
-    """Convert one ServerEvent into its typed record; raises ValueError on an empty event."""
+    """Convert one ServerEvent into its typed record; raises ValueError on an empty event (an `audio_batch` holds
+    several records: use events_from_proto)."""
     kind = msg.WhichOneof("event")
     if kind == "audio":
-        a = msg.audio
-        return Audio(a.payload, a.seq, a.pts_ms, a.duration_ms, a.turn_id, a.silence, received_s)
+        return _audio(msg.audio, received_s)
+    if kind == "audio_batch":
+        raise ValueError("an audio_batch event holds several frames; read it with events_from_proto")
     if kind == "started":
         s = msg.started
         cfg = s.effective_config
@@ -280,7 +301,8 @@ def event_from_proto(msg: pb.ServerEvent, received_s: float = 0.0) -> Event:
         )
     if kind == "turn_done":
         d = msg.turn_done
-        return TurnDone(d.turn_id, d.ttfa_ms, d.audio_ms, d.underruns, d.late_chunks, d.chunks, received_s)
+        return TurnDone(d.turn_id, d.ttfa_ms, d.audio_ms, d.underruns, d.late_chunks, d.chunks, received_s,
+                        ttfs_ms=d.ttfs_ms)
     if kind == "mark_reached":
         m = msg.mark_reached
         return MarkReached(m.name, m.turn_id, m.pts_ms, received_s)
@@ -350,6 +372,7 @@ class Conversation:
         self.started = started
         self._ended = False
         self._finished = False
+        self._unread: collections.deque[Event] = collections.deque()  # the rest of an audio_batch
 
     async def _write(self, event: pb.ClientEvent) -> float:
         if self._ended or self._finished:
@@ -414,6 +437,8 @@ class Conversation:
 
     async def next_event(self) -> Event | None:
         """The next event, or None once the stream ended with OK."""
+        if self._unread:
+            return self._unread.popleft()
         try:
             msg = await self._call.read()
         except grpc.aio.AioRpcError as err:
@@ -425,7 +450,8 @@ class Conversation:
             if code != grpc.StatusCode.OK:
                 raise VoxpoolError(code, await self._call.details() or "")
             return None
-        return event_from_proto(msg, time.perf_counter())
+        self._unread.extend(events_from_proto(msg, time.perf_counter()))
+        return self._unread.popleft()
 
     def __aiter__(self) -> "Conversation":
         return self

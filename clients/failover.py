@@ -33,6 +33,7 @@ from clients.conversation import (
     Words,
     error_from_rpc,
     event_from_proto,
+    events_from_proto,
     text_spans,
 )
 from clients.heard import HeardTurn
@@ -452,7 +453,8 @@ class FailoverConversation(Conversation):
                 else:
                     self._finished = self._eof = True  # queued records still go out first
                 continue
-            self._accept(event_from_proto(msg, time.perf_counter()))
+            for ev in events_from_proto(msg, time.perf_counter()):
+                self._accept(ev)
 
     def _pending_on_server(self) -> bool:
         """A turn the current server still owes audio or an answer for."""
@@ -843,7 +845,7 @@ class FailoverConversation(Conversation):
             if turn is not None:
                 if turn.failovers:
                     out = TurnDone(ev.turn_id, ev.ttfa_ms, turn.speech_ms, ev.underruns, ev.late_chunks, ev.chunks,
-                                   ev.received_s)
+                                   ev.received_s, ttfs_ms=ev.ttfs_ms)
                 self._turn_ended(turn)
         elif isinstance(ev, TurnError):
             if turn is not None and ev.code in TURN_ENDING_ERRORS:

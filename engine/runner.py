@@ -19,6 +19,7 @@ from engine.postnet import PostnetAsk, StreamedPostnet, WindowPostnet
 from engine.scheduler import VoiceTiming
 from engine.threads import claim_engine_thread, serial_torch
 from models.mel_time_scale import MelTimeScaler, ScaleRow
+from models.speech_edges import gate_tail
 from models.tacotron2 import DecodeOutput, DecoderState, Tacotron2, Tacotron2InputError
 from models.streaming_vocoder import StreamingVocoder
 from models.time_scale_frames import input_frames_needed
@@ -247,7 +248,8 @@ class TorchRunner:
         """Postnet, then each job's frames through its slot's streaming vocoder row: one call per frame count.
 
         Returns the audio each job completed: its frames' audio delayed by the vocoder's look-ahead, and on the
-        last chunk everything up to the utterance's end."""
+        last chunk everything up to the utterance's end, silenced after the last speech (the vocoder's edge burst:
+        models/speech_edges.py)."""
         out: list[np.ndarray] = [np.zeros(0, np.float32)] * len(jobs)
         live = [i for i, j in enumerate(jobs) if j.end_frame > j.start_frame or (j.last and not j.first)]
         if not live:
@@ -278,6 +280,8 @@ class TorchRunner:
         for i in live:
             n = pieces[i].shape[0]
             out[i] = host[offset: offset + n]
+            if jobs[i].last:
+                out[i] = gate_tail(out[i], self.timing.sample_rate_hz)
             offset += n
         return out
 

@@ -23,6 +23,16 @@ def ttfa_ms(trigger_s: float | None, first_audio_s: float | None) -> float | Non
     return max(0.0, (first_audio_s - trigger_s) * 1000.0)
 
 
+def ttfs_ms(ttfa_ms: float | None, first_audio_pts_ms: float | None, first_speech_pts_ms: float | None
+            ) -> float | None:
+    """Time to first speech: TTFA plus the media time from the first non-silence frame's start to the first sample
+    of speech, i.e. when the caller starts to hear speech if playback starts at the first frame's release (None
+    while unknown or when the turn released no speech)."""
+    if ttfa_ms is None or first_audio_pts_ms is None or first_speech_pts_ms is None:
+        return None
+    return ttfa_ms + max(0.0, first_speech_pts_ms - first_audio_pts_ms)
+
+
 def on_time_fraction(chunks: int, late_chunks: int, underruns: int) -> float | None:
     """Share of a turn's audio that arrived in time: each underrun (the gateway played a gap) counts as one more
     late chunk, as the client-side measure counts a silence frame between speech (None without chunks)."""

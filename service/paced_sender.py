@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable, Generic, TypeVar
+from typing import Awaitable, Callable, Generic, Protocol, TypeVar
 
 from service.pacing import Action, ActionKind, Pacer
 
 T = TypeVar("T")
+_EPS_S = 1e-6
+
+
+class HeldFrames(Protocol):
+    """Where sent frames may wait to leave together (service/call/outbox.py packs frames into one event)."""
+
+    held_frames: int  # frames sent but not yet written
+    send_by_s: float | None  # the clock reading by which the held frames must be written (None: none held)
+
+    async def flush(self) -> None: ...
 
 
 class PacedSender(Generic[T]):
@@ -16,11 +26,17 @@ class PacedSender(Generic[T]):
     The Converse handler pushes frames (`push`), awaits room before synthesizing more
     (`wait_for_room`), calls `finish` at the end of a turn's audio and `clear` on barge-in, and runs
     `run()` as a task for the life of the call; `close()` ends it.
+
+    `held`: frames that `send` may keep back to write several in one event. They are written as soon as the pacer
+    has nothing more to release now and either goes idle or their `send_by_s` comes, so an event only ever groups
+    frames whose release time has come.
     """
 
-    def __init__(self, pacer: Pacer[T], send: Callable[[Action], Awaitable[None]]) -> None:
+    def __init__(self, pacer: Pacer[T], send: Callable[[Action], Awaitable[None]],
+                 held: HeldFrames | None = None) -> None:
         self.pacer = pacer
         self._send = send
+        self._held = held
         self._wake = asyncio.Event()  # something changed: re-ask the pacer
         self._room = asyncio.Event()  # a frame left: look-ahead may have room again
         self._sending = False  # a released frame's send (and what its release makes due) is in progress
@@ -30,7 +46,8 @@ class PacedSender(Generic[T]):
         """Frames queued in the pacer plus the one whose send is in progress: 0 only once everything pushed has
         been written (the call may end then without losing a frame, or the `turn_done` / `cleared` its send
         writes after it)."""
-        return self.pacer.queued_frames + self._sending
+        held = self._held.held_frames if self._held is not None else 0
+        return self.pacer.queued_frames + self._sending + held
 
     def push(self, item: T) -> None:
         """Queue one frame and wake the sender."""
@@ -83,6 +100,16 @@ class PacedSender(Generic[T]):
             timeout = None
             if action.kind is ActionKind.WAIT:
                 timeout = max(0.0, action.at_s - self.pacer.clock())
+            if self._held is not None and self._held.send_by_s is not None:
+                left_s = self._held.send_by_s - self.pacer.clock()
+                if action.kind is ActionKind.IDLE or left_s <= _EPS_S:
+                    self._sending = True
+                    try:
+                        await self._held.flush()
+                    finally:
+                        self._sending = False
+                    continue
+                timeout = left_s if timeout is None else min(timeout, left_s)
             try:
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()

@@ -20,6 +20,7 @@ MIN_FRAME_MS = wire.MIN_FRAME_MS
 MAX_FRAME_MS = wire.MAX_FRAME_MS
 DEFAULT_LEAD_MS = 60
 DEFAULT_MAX_AHEAD_MS = 2000
+MAX_FRAMES_PER_EVENT = 50
 _EPS_S = 1e-6  # comparisons of clock readings tolerate float rounding of this size
 
 T = TypeVar("T")
@@ -63,6 +64,28 @@ def engine_deadline_margin_ms(frame_ms: int, lead_ms: float, mode: "PacingMode |
     if PacingMode.parse(mode) is not PacingMode.REALTIME:
         return 0.0
     return float(lead_ms) - default_grace_ms(frame_ms, lead_ms) + frame_ms
+
+
+def packed_margin_ms(frame_ms: int, lead_ms: float, frames_per_event: int) -> float:
+    """REALTIME with frames packed `frames_per_event` to an event: how long before its play time a frame still
+    leaves. A frame released at its release time (play time − lead) may wait in its event for the release times of
+    the next frames_per_event − 1 frames, so the lead left is lead − (frames_per_event − 1) · frame."""
+    return float(lead_ms) - (frames_per_event - 1) * frame_ms
+
+
+def checked_frames_per_event(frames_per_event: int, frame_ms: int, lead_ms: float, mode: "PacingMode | str") -> int:
+    """SessionConfig.frames_per_event (0 = 1) checked: 1-MAX_FRAMES_PER_EVENT, and with REALTIME pacing a lead that
+    still gets every frame to the gateway one frame or more before its play time (lead ≥ frames_per_event · frame)."""
+    n = frames_per_event or 1
+    if not 1 <= n <= MAX_FRAMES_PER_EVENT:
+        raise PacingConfigError(f"frames_per_event {n} is out of range; use 1-{MAX_FRAMES_PER_EVENT}")
+    if n > 1 and PacingMode.parse(mode) is PacingMode.REALTIME and packed_margin_ms(frame_ms, lead_ms, n) < frame_ms:
+        raise PacingConfigError(
+            f"frames_per_event {n} with REALTIME pacing needs pacing.lead_ms of at least {n * frame_ms} ({n} × "
+            f"frame_ms {frame_ms}: a frame may wait for the next {n - 1} in its event), got {lead_ms:g}; raise "
+            f"lead_ms or lower frames_per_event"
+        )
+    return n
 
 
 class ActionKind(str, enum.Enum):
@@ -224,6 +247,13 @@ class Pacer(Generic[T]):
             raise RuntimeError("pacer: play clock not started (internal error)")
         t0, pts0 = self._anchor
         return t0 + (pts_ms - pts0) / 1000.0
+
+    def play_time_s(self, pts_ms: int) -> float | None:
+        """REALTIME: the clock reading at which media time `pts_ms` of the current run plays (None in ASAP or before
+        the first release)."""
+        if self.mode is PacingMode.ASAP or self._anchor is None:
+            return None
+        return self._play_time(pts_ms)
 
     def buffered_ms(self, now: float | None = None) -> float:
         """Audio released but not yet played at `now` (REALTIME; 0 in ASAP or before the first release)."""

@@ -199,7 +199,8 @@ def synthesize_events(request: pb.SynthesizeRequest) -> list[pb.ClientEvent]:
     """The Converse events a Synthesize request stands for: config, the text as one turn, flush, end."""
     config = pb.SessionConfig(voice=request.voice, audio=request.audio, pacing=request.pacing,
                               preroll_ms=request.preroll_ms, language=request.language,
-                              normalization=request.normalization, word_timestamps=request.word_timestamps)
+                              normalization=request.normalization, word_timestamps=request.word_timestamps,
+                              frames_per_event=request.frames_per_event)
     delta = pb.TextDelta(text=request.text, turn_id="synthesize", spans=request.spans)
     if request.HasField("options"):
         delta.turn_options.CopyFrom(request.options)

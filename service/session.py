@@ -12,6 +12,7 @@ from service.audio.framer import frame_bytes
 from service.config import ServiceConfig
 from service.errors import InvalidArgument
 from service.language import matches as language_matches
+from service.pacing import checked_frames_per_event
 
 ENCODINGS = {pb.AudioFormat.PCMU: "PCMU", pb.AudioFormat.PCMA: "PCMA", pb.AudioFormat.L16: "L16"}
 ENCODING_ENUM = {v: k for k, v in ENCODINGS.items()}
@@ -89,6 +90,7 @@ class SessionSettings:
     word_timestamps: bool = False  # send WordTimestamps events (opt-in)
     volume_db: float = 0.0  # output gain of every turn unless the turn sets its own
     speaking_rate: float = 1.0  # every turn's rate unless the turn sets its own (the engine time-scales the mel)
+    frames_per_event: int = 1  # audio frames per ServerEvent (more than 1: audio_batch events)
 
     @property
     def frame_bytes(self) -> int:
@@ -111,6 +113,7 @@ class SessionSettings:
             word_timestamps=self.word_timestamps,
             volume_db=self.volume_db,
             speaking_rate=self.speaking_rate,
+            frames_per_event=self.frames_per_event,
         )
         cfg.lexicon.update(dict(self.lexicon))
         return cfg
@@ -131,6 +134,7 @@ def negotiate(
     word_timestamps: bool = False,
     volume_db: float | None = None,
     speaking_rate: float | None = None,
+    frames_per_event: int = 0,
 ) -> SessionSettings:
     """Validate the client's choices; InvalidArgument names the field and the accepted values."""
     name = voice_name or next((v.name for v in voices.values() if v.is_default), "")
@@ -164,6 +168,7 @@ def negotiate(
     lead_ms = pacing.lead_ms if pacing.HasField("lead_ms") else cfg.audio.lead_ms
     if lead_ms > wire.MAX_LEAD_MS:
         raise InvalidArgument(f"pacing.lead_ms {lead_ms} is over the maximum {wire.MAX_LEAD_MS}")
+    packed = checked_frames_per_event(frames_per_event, frame_ms, lead_ms, mode)
     preroll = preroll_ms or cfg.audio.preroll_ms
     if preroll > MAX_PREROLL_MS:
         raise InvalidArgument(f"preroll_ms {preroll} is over the maximum {MAX_PREROLL_MS}")
@@ -188,6 +193,7 @@ def negotiate(
         word_timestamps=bool(word_timestamps and voice.step_samples > 0),
         volume_db=volume,
         speaking_rate=rate_x,
+        frames_per_event=packed,
     )
 
 

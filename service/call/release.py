@@ -12,7 +12,7 @@ from service.audio.framer import silence_frame
 from service.call.audio_out import FrameWord, OutFrame
 from service.call.turn import Turn, Turns
 from service.paced_sender import PacedSender
-from service.pacing import Action, ActionKind
+from service.pacing import Action, ActionKind, packed_margin_ms
 from service.session import SessionSettings
 
 if TYPE_CHECKING:
@@ -31,6 +31,8 @@ class Release:
         self.tel = telemetry
         self.sender: PacedSender | None = None  # set by the call once its pacer exists
         self.playing: Turn | None = None  # the turn whose audio went out last
+        # frames packed several to an event (SessionConfig.frames_per_event): each leaves this long before it plays
+        self._packed_margin_s = packed_margin_ms(settings.frame_ms, settings.lead_ms, settings.frames_per_event) / 1000
 
     @property
     def queued_frames(self) -> int:
@@ -127,6 +129,15 @@ class Release:
 
     # ------------------------------------------------------------------ out (the PacedSender's callback)
 
+    def _send_by_s(self, action: Action) -> float:
+        """When a released frame must be written at the latest: packed with later frames (REALTIME), the packed
+        margin before its play time; else now (ASAP groups only the frames released together)."""
+        if self.outbox.frames_per_event > 1:
+            play_s = self.sender.pacer.play_time_s(action.pts_ms)
+            if play_s is not None:
+                return play_s - self._packed_margin_s
+        return action.at_s
+
     async def send(self, action: Action) -> None:
         """Send the frame the pacer released (or an underrun fill), then what its release makes due."""
         s = self.s
@@ -135,10 +146,10 @@ class Release:
             turn = self.playing
             if turn is not None:
                 turn.fill_released(end_ms, action.underrun_start)
-            await self.outbox.write(pb.ServerEvent(audio=pb.AudioFrame(
+            await self.outbox.write_audio(pb.AudioFrame(
                 payload=silence_frame(s.sample_rate_hz, s.frame_ms, s.encoding), seq=action.seq,
                 pts_ms=action.pts_ms, duration_ms=s.frame_ms, turn_id=turn.turn_id if turn else "", silence=True,
-            )))
+            ), self._send_by_s(action))
             return
         frame: OutFrame = action.item
         turn = frame.turn
@@ -146,13 +157,13 @@ class Release:
         # NOTE: account for the frame before awaiting the write: the producer may decide the turn is done
         # (no frame pending) while this write is in progress.
         turn.frame_released(end_ms, frame.text_pos, speech=not frame.silence, now=self.clock(), fade_out=frame.fade_out,
-                            pauses=frame.pauses)
+                            pauses=frame.pauses, speech_onset_ms=frame.speech_onset_ms, frame_ms=s.frame_ms)
         if frame.words:  # before the frame that carries their first audio
             await self._send_words(turn, action.pts_ms, frame.words)
-        await self.outbox.write(pb.ServerEvent(audio=pb.AudioFrame(
+        await self.outbox.write_audio(pb.AudioFrame(
             payload=frame.payload, seq=action.seq, pts_ms=action.pts_ms, duration_ms=s.frame_ms,
             turn_id=turn.turn_id, silence=frame.silence,
-        )))
+        ), self._send_by_s(action))
         if frame.fade_out:
             await self._send_cleared(turn)
             return
@@ -173,5 +184,6 @@ class Release:
         await self.outbox.write(pb.ServerEvent(turn_done=pb.TurnDone(
             turn_id=turn.turn_id, ttfa_ms=int(round(turn.ttfa_ms or 0.0)), audio_ms=turn.audio_frames * self.s.frame_ms,
             underruns=turn.underruns, late_chunks=turn.late_chunks, chunks=turn.chunks,
+            ttfs_ms=int(round(turn.ttfs_ms or 0.0)),
         )))
         self.forget(turn)

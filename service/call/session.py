@@ -19,7 +19,7 @@ from service.call.synthesis import CallDeps, Synthesis
 from service.call.turn import Turns
 from service.errors import InvalidArgument, SessionExpired
 from service.paced_sender import PacedSender
-from service.pacing import Pacer
+from service.pacing import MAX_FRAMES_PER_EVENT, Pacer
 from service.session import SessionSettings, negotiate
 from service.telemetry import bind_call
 from service.version import VERSION
@@ -68,6 +68,7 @@ class CallSession:
             word_timestamps=config.word_timestamps,
             volume_db=config.volume_db if config.HasField("volume_db") else None,
             speaking_rate=config.speaking_rate if config.HasField("speaking_rate") else None,
+            frames_per_event=config.frames_per_event,
         )
         if self.settings.lexicon:
             try:  # validate the lexicon once, at the start, so a bad entry fails the call cleanly
@@ -83,7 +84,7 @@ class CallSession:
             max_session_s=int(lim.max_session_s), idle_timeout_ms=int(lim.idle_timeout_s * 1000),
             max_marks=lim.max_marks_per_turn, max_control_per_s=lim.max_control_per_s, max_lead_ms=wire.MAX_LEAD_MS,
             max_lookahead_ms=lim.max_lookahead_ms, max_synthesize_chars=lim.max_synthesize_chars,
-            text_idle_flush_ms=lim.text_idle_flush_ms,
+            text_idle_flush_ms=lim.text_idle_flush_ms, max_frames_per_event=MAX_FRAMES_PER_EVENT,
         )
         return pb.ServerEvent(started=pb.SessionStarted(
             session_id=self.session_id, effective_config=s.to_proto(), limits=limits,
@@ -126,7 +127,8 @@ class CallSession:
             s.frame_ms, s.lead_ms, mode=s.pacing, clock=self.deps.clock,
             max_ahead_ms=max(self.limits.max_lookahead_ms, s.lead_ms + s.frame_ms),
         )
-        sender = self.release.sender = PacedSender(pacer, self.release.send)
+        self.outbox.pack_audio(s.frames_per_event)
+        sender = self.release.sender = PacedSender(pacer, self.release.send, held=self.outbox)
         synthesis = Synthesis(self.deps, s, self.session_id, self.outbox, self.tel)
         producer = Producer(s, self.turns, synthesis, self.release, self.tel)
         self.input = CallInput(self.turns, self.outbox, self.release, self.limits, self.max_delta_chars,

@@ -47,6 +47,8 @@ class Turn:
     streams: set = field(default_factory=set)  # engine OutputStreams in flight
     trigger_s: float | None = None  # when the first segment became synthesizable
     first_audio_s: float | None = None  # release of the first non-silence frame
+    first_audio_pts_ms: int | None = None  # media time where that frame starts
+    first_speech_pts_ms: float | None = None  # media time of the turn's first sample of speech (past the onset)
     released_pos: int = 0  # turn text chars whose audio has been released
     pauses_queued: int = 0  # SSML breaks queued for the producer
     released_pauses: int = 0  # SSML breaks whose audio has been released
@@ -194,8 +196,9 @@ class Turn:
         self.dropped_frames += counted
 
     def frame_released(self, end_ms: int, text_pos: int, speech: bool, now: float, fade_out: bool = False,
-                       pauses: int = 0) -> None:
-        """A queued frame went to the gateway, ending at media time `end_ms`, after `pauses` SSML breaks."""
+                       pauses: int = 0, speech_onset_ms: float | None = None, frame_ms: int = 0) -> None:
+        """A queued frame went to the gateway, ending at media time `end_ms`, after `pauses` SSML breaks;
+        `speech_onset_ms`: the turn's first speech starts that far into this `frame_ms` frame."""
         self.pending_frames -= 1
         self.last_pts_end_ms = end_ms
         if speech:
@@ -204,6 +207,9 @@ class Turn:
                 return
             if self.first_audio_s is None:
                 self.first_audio_s = now
+                self.first_audio_pts_ms = end_ms - frame_ms
+            if speech_onset_ms is not None and self.first_speech_pts_ms is None:
+                self.first_speech_pts_ms = end_ms - frame_ms + speech_onset_ms
             self.released_pos = max(self.released_pos, text_pos)
             self.released_pauses = max(self.released_pauses, pauses)
 
@@ -219,6 +225,11 @@ class Turn:
     def ttfa_ms(self) -> float | None:
         """figures.ttfa_ms of this turn."""
         return figures.ttfa_ms(self.trigger_s, self.first_audio_s)
+
+    @property
+    def ttfs_ms(self) -> float | None:
+        """figures.ttfs_ms of this turn (time to first speech)."""
+        return figures.ttfs_ms(self.ttfa_ms, self.first_audio_pts_ms, self.first_speech_pts_ms)
 
     def spans_for(self, segment: Segment) -> list[Span]:
         """The turn's spans inside `segment`, relative to the segment's text (an SSML segment carries its own)."""

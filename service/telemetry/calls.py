@@ -90,6 +90,7 @@ class CallTelemetry:
         self.max_lateness_s = 0.0
         self.turns = {"done": 0, "cleared": 0, "failed": 0, "abandoned": 0}
         self.first_ttfa_ms: float | None = None
+        self.first_ttfs_ms: float | None = None  # time to first speech of the call's first turn with speech
         self.max_ttfa_ms: float | None = None
         self.audio_ms = 0
         self.silence_ms = 0
@@ -202,6 +203,9 @@ class CallTelemetry:
             seg.end("failed" if outcome == "failed" else "cancelled")
         frame_ms = self.frame_ms
         ttfa_ms = turn.ttfa_ms
+        ttfs_ms = turn.ttfs_ms
+        if ttfs_ms is not None and self.first_ttfs_ms is None:
+            self.first_ttfs_ms = ttfs_ms
         if ttfa_ms is not None:
             if self.first_ttfa_ms is None:
                 self.first_ttfa_ms = ttfa_ms
@@ -240,6 +244,8 @@ class CallTelemetry:
             attrs["tts.on_time_fraction"] = round(on_time, 4)
         if ttfa_ms is not None:
             attrs["tts.ttfa_ms"] = round(ttfa_ms, 2)
+        if ttfs_ms is not None:
+            attrs["tts.ttfs_ms"] = round(ttfs_ms, 2)
         if rtf is not None:
             attrs["tts.rtf"] = round(rtf, 4)
         if outcome == "cleared":
@@ -268,6 +274,7 @@ class CallTelemetry:
             turns_failed=self.turns["failed"], segments=self.segments, text_chars=self.text_chars,
             ttfa_ms=None if self.first_ttfa_ms is None else round(self.first_ttfa_ms, 1),
             ttfa_ms_max=None if self.max_ttfa_ms is None else round(self.max_ttfa_ms, 1),
+            ttfs_ms=None if self.first_ttfs_ms is None else round(self.first_ttfs_ms, 1),
             audio_ms=self.audio_ms, silence_ms=self.silence_ms, dropped_audio_ms=self.dropped_ms,
             rtf=round(self.synth_s / self.synth_audio_s, 4) if self.synth_audio_s > 0 else None,
             underruns=self.underruns, chunks=self.chunks, late_chunks=self.late_chunks,

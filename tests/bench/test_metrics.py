@@ -161,3 +161,14 @@ async def test_goodput_bisection_on_monotone_model():
     assert top.bracket == "at_or_above_hi" and top.goodput_per_s == 2.0
     with pytest.raises(MetricsError):
         await bisect_goodput(passes, 2.0, 1.0, 3)
+
+
+def test_summarize_reports_time_to_first_speech_beside_ttfa():
+    a, b, old = _ok_turn(100), _ok_turn(200), _ok_turn(300)
+    a["server"] = {"ttfa_ms": 90, "ttfs_ms": 120}  # speech 30 ms of media time after the first audio frame
+    b["server"] = {"ttfa_ms": 180, "ttfs_ms": 200}
+    old["server"] = {"ttfa_ms": 280}  # a server that does not report it
+    s = summarize([a, b, old], wall_s=10.0, prebuffers_ms=(0,))
+    assert s["ttfs_ms"]["n"] == 2 and s["ttfs_ms"]["min"] == pytest.approx(130.0) and s["ttfs_ms"]["max"] == 220.0
+    assert s["server_ttfs_ms"]["p50"] == pytest.approx(160.0)
+    assert s["ttfa_ms"]["n"] == 3

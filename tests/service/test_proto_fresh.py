@@ -61,7 +61,8 @@ def test_stubs_describe_the_api() -> None:
     client_events = [f.name for f in tts_pb2.ClientEvent.DESCRIPTOR.oneofs_by_name["event"].fields]
     assert client_events == ["config", "text", "flush", "mark", "clear", "end"]
     server_events = [f.name for f in tts_pb2.ServerEvent.DESCRIPTOR.oneofs_by_name["event"].fields]
-    assert server_events == ["started", "audio", "turn_done", "mark_reached", "cleared", "warning", "error", "words"]
+    assert server_events == [
+        "started", "audio", "turn_done", "mark_reached", "cleared", "warning", "error", "words", "audio_batch"]
     enc = tts_pb2.AudioFormat.Encoding
     assert (enc.Value("PCMU"), enc.Value("PCMA"), enc.Value("L16")) == (1, 2, 3)
     assert hasattr(tts_pb2_grpc, "TtsServicer") and hasattr(tts_pb2_grpc, "add_TtsServicer_to_server")

@@ -106,7 +106,7 @@ class ClientEvent(_message.Message):
     def __init__(self, config: _Optional[_Union[SessionConfig, _Mapping]] = ..., text: _Optional[_Union[TextDelta, _Mapping]] = ..., flush: _Optional[_Union[Flush, _Mapping]] = ..., mark: _Optional[_Union[Mark, _Mapping]] = ..., clear: _Optional[_Union[Clear, _Mapping]] = ..., end: _Optional[_Union[End, _Mapping]] = ...) -> None: ...
 
 class SessionConfig(_message.Message):
-    __slots__ = ("voice", "audio", "pacing", "preroll_ms", "language", "lexicon", "normalization", "seed", "speaking_rate", "volume_db", "word_timestamps")
+    __slots__ = ("voice", "audio", "pacing", "preroll_ms", "language", "lexicon", "normalization", "seed", "speaking_rate", "volume_db", "word_timestamps", "frames_per_event")
     class LexiconEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -125,6 +125,7 @@ class SessionConfig(_message.Message):
     SPEAKING_RATE_FIELD_NUMBER: _ClassVar[int]
     VOLUME_DB_FIELD_NUMBER: _ClassVar[int]
     WORD_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
+    FRAMES_PER_EVENT_FIELD_NUMBER: _ClassVar[int]
     voice: str
     audio: AudioFormat
     pacing: Pacing
@@ -136,7 +137,8 @@ class SessionConfig(_message.Message):
     speaking_rate: float
     volume_db: float
     word_timestamps: bool
-    def __init__(self, voice: _Optional[str] = ..., audio: _Optional[_Union[AudioFormat, _Mapping]] = ..., pacing: _Optional[_Union[Pacing, _Mapping]] = ..., preroll_ms: _Optional[int] = ..., language: _Optional[str] = ..., lexicon: _Optional[_Mapping[str, str]] = ..., normalization: _Optional[_Union[NormalizationOptions, _Mapping]] = ..., seed: _Optional[int] = ..., speaking_rate: _Optional[float] = ..., volume_db: _Optional[float] = ..., word_timestamps: _Optional[bool] = ...) -> None: ...
+    frames_per_event: int
+    def __init__(self, voice: _Optional[str] = ..., audio: _Optional[_Union[AudioFormat, _Mapping]] = ..., pacing: _Optional[_Union[Pacing, _Mapping]] = ..., preroll_ms: _Optional[int] = ..., language: _Optional[str] = ..., lexicon: _Optional[_Mapping[str, str]] = ..., normalization: _Optional[_Union[NormalizationOptions, _Mapping]] = ..., seed: _Optional[int] = ..., speaking_rate: _Optional[float] = ..., volume_db: _Optional[float] = ..., word_timestamps: _Optional[bool] = ..., frames_per_event: _Optional[int] = ...) -> None: ...
 
 class TurnOptions(_message.Message):
     __slots__ = ("text_format", "speaking_rate", "volume_db")
@@ -193,7 +195,7 @@ class End(_message.Message):
     def __init__(self) -> None: ...
 
 class ServerEvent(_message.Message):
-    __slots__ = ("started", "audio", "turn_done", "mark_reached", "cleared", "warning", "error", "words")
+    __slots__ = ("started", "audio", "turn_done", "mark_reached", "cleared", "warning", "error", "words", "audio_batch")
     STARTED_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     TURN_DONE_FIELD_NUMBER: _ClassVar[int]
@@ -202,6 +204,7 @@ class ServerEvent(_message.Message):
     WARNING_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     WORDS_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_BATCH_FIELD_NUMBER: _ClassVar[int]
     started: SessionStarted
     audio: AudioFrame
     turn_done: TurnDone
@@ -210,10 +213,11 @@ class ServerEvent(_message.Message):
     warning: Warning
     error: Error
     words: WordTimestamps
-    def __init__(self, started: _Optional[_Union[SessionStarted, _Mapping]] = ..., audio: _Optional[_Union[AudioFrame, _Mapping]] = ..., turn_done: _Optional[_Union[TurnDone, _Mapping]] = ..., mark_reached: _Optional[_Union[MarkReached, _Mapping]] = ..., cleared: _Optional[_Union[Cleared, _Mapping]] = ..., warning: _Optional[_Union[Warning, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., words: _Optional[_Union[WordTimestamps, _Mapping]] = ...) -> None: ...
+    audio_batch: AudioBatch
+    def __init__(self, started: _Optional[_Union[SessionStarted, _Mapping]] = ..., audio: _Optional[_Union[AudioFrame, _Mapping]] = ..., turn_done: _Optional[_Union[TurnDone, _Mapping]] = ..., mark_reached: _Optional[_Union[MarkReached, _Mapping]] = ..., cleared: _Optional[_Union[Cleared, _Mapping]] = ..., warning: _Optional[_Union[Warning, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., words: _Optional[_Union[WordTimestamps, _Mapping]] = ..., audio_batch: _Optional[_Union[AudioBatch, _Mapping]] = ...) -> None: ...
 
 class Limits(_message.Message):
-    __slots__ = ("max_delta_chars", "max_buffered_chars", "max_session_s", "idle_timeout_ms", "max_marks", "max_control_per_s", "max_lead_ms", "max_lookahead_ms", "max_synthesize_chars", "text_idle_flush_ms")
+    __slots__ = ("max_delta_chars", "max_buffered_chars", "max_session_s", "idle_timeout_ms", "max_marks", "max_control_per_s", "max_lead_ms", "max_lookahead_ms", "max_synthesize_chars", "text_idle_flush_ms", "max_frames_per_event")
     MAX_DELTA_CHARS_FIELD_NUMBER: _ClassVar[int]
     MAX_BUFFERED_CHARS_FIELD_NUMBER: _ClassVar[int]
     MAX_SESSION_S_FIELD_NUMBER: _ClassVar[int]
@@ -224,6 +228,7 @@ class Limits(_message.Message):
     MAX_LOOKAHEAD_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_SYNTHESIZE_CHARS_FIELD_NUMBER: _ClassVar[int]
     TEXT_IDLE_FLUSH_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_FRAMES_PER_EVENT_FIELD_NUMBER: _ClassVar[int]
     max_delta_chars: int
     max_buffered_chars: int
     max_session_s: int
@@ -234,7 +239,8 @@ class Limits(_message.Message):
     max_lookahead_ms: int
     max_synthesize_chars: int
     text_idle_flush_ms: int
-    def __init__(self, max_delta_chars: _Optional[int] = ..., max_buffered_chars: _Optional[int] = ..., max_session_s: _Optional[int] = ..., idle_timeout_ms: _Optional[int] = ..., max_marks: _Optional[int] = ..., max_control_per_s: _Optional[float] = ..., max_lead_ms: _Optional[int] = ..., max_lookahead_ms: _Optional[int] = ..., max_synthesize_chars: _Optional[int] = ..., text_idle_flush_ms: _Optional[int] = ...) -> None: ...
+    max_frames_per_event: int
+    def __init__(self, max_delta_chars: _Optional[int] = ..., max_buffered_chars: _Optional[int] = ..., max_session_s: _Optional[int] = ..., idle_timeout_ms: _Optional[int] = ..., max_marks: _Optional[int] = ..., max_control_per_s: _Optional[float] = ..., max_lead_ms: _Optional[int] = ..., max_lookahead_ms: _Optional[int] = ..., max_synthesize_chars: _Optional[int] = ..., text_idle_flush_ms: _Optional[int] = ..., max_frames_per_event: _Optional[int] = ...) -> None: ...
 
 class Voice(_message.Message):
     __slots__ = ("name", "language", "sample_rate_hz", "license", "description", "is_default")
@@ -284,21 +290,29 @@ class AudioFrame(_message.Message):
     silence: bool
     def __init__(self, payload: _Optional[bytes] = ..., seq: _Optional[int] = ..., pts_ms: _Optional[int] = ..., duration_ms: _Optional[int] = ..., turn_id: _Optional[str] = ..., silence: _Optional[bool] = ...) -> None: ...
 
+class AudioBatch(_message.Message):
+    __slots__ = ("frames",)
+    FRAMES_FIELD_NUMBER: _ClassVar[int]
+    frames: _containers.RepeatedCompositeFieldContainer[AudioFrame]
+    def __init__(self, frames: _Optional[_Iterable[_Union[AudioFrame, _Mapping]]] = ...) -> None: ...
+
 class TurnDone(_message.Message):
-    __slots__ = ("turn_id", "ttfa_ms", "audio_ms", "underruns", "late_chunks", "chunks")
+    __slots__ = ("turn_id", "ttfa_ms", "audio_ms", "underruns", "late_chunks", "chunks", "ttfs_ms")
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     TTFA_MS_FIELD_NUMBER: _ClassVar[int]
     AUDIO_MS_FIELD_NUMBER: _ClassVar[int]
     UNDERRUNS_FIELD_NUMBER: _ClassVar[int]
     LATE_CHUNKS_FIELD_NUMBER: _ClassVar[int]
     CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    TTFS_MS_FIELD_NUMBER: _ClassVar[int]
     turn_id: str
     ttfa_ms: int
     audio_ms: int
     underruns: int
     late_chunks: int
     chunks: int
-    def __init__(self, turn_id: _Optional[str] = ..., ttfa_ms: _Optional[int] = ..., audio_ms: _Optional[int] = ..., underruns: _Optional[int] = ..., late_chunks: _Optional[int] = ..., chunks: _Optional[int] = ...) -> None: ...
+    ttfs_ms: int
+    def __init__(self, turn_id: _Optional[str] = ..., ttfa_ms: _Optional[int] = ..., audio_ms: _Optional[int] = ..., underruns: _Optional[int] = ..., late_chunks: _Optional[int] = ..., chunks: _Optional[int] = ..., ttfs_ms: _Optional[int] = ...) -> None: ...
 
 class MarkReached(_message.Message):
     __slots__ = ("name", "turn_id", "pts_ms")
@@ -393,7 +407,7 @@ class Error(_message.Message):
     def __init__(self, code: _Optional[_Union[Error.Code, str]] = ..., message: _Optional[str] = ..., turn_id: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
 
 class SynthesizeRequest(_message.Message):
-    __slots__ = ("text", "voice", "audio", "spans", "lexicon", "seed", "language", "normalization", "pacing", "preroll_ms", "options", "word_timestamps")
+    __slots__ = ("text", "voice", "audio", "spans", "lexicon", "seed", "language", "normalization", "pacing", "preroll_ms", "options", "word_timestamps", "frames_per_event")
     class LexiconEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -413,6 +427,7 @@ class SynthesizeRequest(_message.Message):
     PREROLL_MS_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     WORD_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
+    FRAMES_PER_EVENT_FIELD_NUMBER: _ClassVar[int]
     text: str
     voice: str
     audio: AudioFormat
@@ -425,7 +440,8 @@ class SynthesizeRequest(_message.Message):
     preroll_ms: int
     options: TurnOptions
     word_timestamps: bool
-    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., audio: _Optional[_Union[AudioFormat, _Mapping]] = ..., spans: _Optional[_Iterable[_Union[TextSpan, _Mapping]]] = ..., lexicon: _Optional[_Mapping[str, str]] = ..., seed: _Optional[int] = ..., language: _Optional[str] = ..., normalization: _Optional[_Union[NormalizationOptions, _Mapping]] = ..., pacing: _Optional[_Union[Pacing, _Mapping]] = ..., preroll_ms: _Optional[int] = ..., options: _Optional[_Union[TurnOptions, _Mapping]] = ..., word_timestamps: _Optional[bool] = ...) -> None: ...
+    frames_per_event: int
+    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., audio: _Optional[_Union[AudioFormat, _Mapping]] = ..., spans: _Optional[_Iterable[_Union[TextSpan, _Mapping]]] = ..., lexicon: _Optional[_Mapping[str, str]] = ..., seed: _Optional[int] = ..., language: _Optional[str] = ..., normalization: _Optional[_Union[NormalizationOptions, _Mapping]] = ..., pacing: _Optional[_Union[Pacing, _Mapping]] = ..., preroll_ms: _Optional[int] = ..., options: _Optional[_Union[TurnOptions, _Mapping]] = ..., word_timestamps: _Optional[bool] = ..., frames_per_event: _Optional[int] = ...) -> None: ...
 
 class ListVoicesRequest(_message.Message):
     __slots__ = ("language",)
