@@ -4,8 +4,8 @@
 speaking turns of the benchmark's text set back to back, like `python -m bench.grpc_load --pacing REALTIME --concurrency N
 --text-class mixed`: the same texts in the same order per call (bench.workload, same seed and keys), cut
 into segments as a call's turn is (models.frontend.segmenter, the service's defaults), one engine request per
-segment, submitted when the previous segment's audio ended (and no more than `max_ahead_s` ahead of playback, as
-the call's producer waits for room).
+segment, each submitted while the one before it plays and following it on the call's playback clock
+(SynthesisOptions.follows), one segment ahead, as the call's producer does (service/call/ahead.py).
 
 What a gateway would have heard is computed from the chunk arrivals by `paced_frames`, the REALTIME release rule
 of the call's pacer (service/pacing.py, checked equal to it in tests/bench/test_paced.py): frame k of a turn
@@ -20,6 +20,7 @@ holds the frontend, the network and the first frame's encoding).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -34,11 +35,10 @@ _EPS_S = 1e-6  # as the pacer: clock readings compare with this tolerance
 
 @dataclass(frozen=True)
 class PacedPlayout:
-    """The call's audio settings that shape the release: frame length, lead, silence grace, look-ahead bound."""
+    """The call's audio settings that shape the release: frame length, lead, silence grace."""
 
     frame_ms: int = 20
     lead_ms: int = 60
-    max_ahead_ms: int = 2000
 
     @property
     def frame_s(self) -> float:
@@ -124,20 +124,27 @@ async def paced_turn(engine: Any, segments: Sequence[Sequence[int]], rid: str, v
     arrivals: list[tuple[float, float]] = []
     rec: dict[str, Any] = {"status": "OK", "segments": len(segments)}
     options = SynthesisOptions(deadline_margin_ms=playout.deadline_margin_ms)
+    streams: list[Any] = []
+
+    def submit(j: int) -> Any:  # segment j follows segment j-1 on the call's playback clock, as the producer does
+        opts = dataclasses.replace(options, follows=f"{rid}/{j - 1}") if j else options
+        stream = engine.submit(SynthesisRequest(f"{rid}/{j}", tuple(segments[j]), voice=voice, seed=seed, options=opts))
+        streams.append(stream)
+        return stream
+
     try:
-        for j, ids in enumerate(segments):
-            if j and arrivals:  # the producer takes the next segment only with room ahead of playback
-                frames = paced_frames(arrivals, playout)
-                ahead_s = frames[0][0] + len(frames) * playout.frame_s - time.perf_counter()
-                if ahead_s > playout.max_ahead_ms / 1000.0:
-                    await asyncio.sleep(ahead_s - playout.max_ahead_ms / 1000.0)
-            stream = engine.submit(SynthesisRequest(f"{rid}/{j}", tuple(ids), voice=voice, seed=seed, options=options))
+        nxt = submit(0) if segments else None
+        for j in range(len(segments)):
+            stream, nxt = nxt, (submit(j + 1) if j + 1 < len(segments) else None)  # one segment ahead
             async for event in stream:
                 if isinstance(event, AudioChunk):
                     arrivals.append((time.perf_counter(), event.duration_s))
     except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
         rec["status"] = type(exc).__name__
         rec["error"] = str(exc)
+    finally:
+        for stream in streams:  # a segment submitted ahead of a failed one is cancelled
+            stream.close()
     frames = paced_frames(arrivals, playout)
     if frames:  # the turn ends (turn_done) when its last frame is released
         wait_s = frames[-1][0] - time.perf_counter()
