@@ -11,17 +11,22 @@ from service.call.audio_out import TurnAudio
 from service.call.release import Release
 from service.call.synthesis import Synthesis
 from service.call.turn import Turn, Turns
-from service.errors import TurnFailed
+from service.errors import InvalidArgument, TurnFailed
 from service.session import SessionSettings
 from service.ssml import Pause, SsmlError, SsmlWarning
+
+
+NOTHING_TO_SAY = "nothing_to_say"  # Warning.code of a turn whose text gave no audio
 
 
 class Producer:
     """Takes turns in order from `turns.to_produce`; returns once every turn is produced and released."""
 
     def __init__(self, settings: SessionSettings, turns: Turns, synthesis: Synthesis, release: Release,
-                 telemetry: object):
+                 telemetry: object, nothing_to_say_ends_call: bool = False):
         self.s = settings
+        # Synthesize: a text with nothing to say is the request's fault (INVALID_ARGUMENT), not a turn's warning
+        self.nothing_to_say_ends_call = nothing_to_say_ends_call
         self.turns = turns
         self.synthesis = synthesis
         self.release = release
@@ -59,6 +64,8 @@ class Producer:
                 return
             for frame in audio.flush(len(turn.text)):
                 self.release.push(frame)
+            if audio.last is None and turn.text.strip():
+                await self.nothing_to_say(turn)
             await self.release.last_frame_pushed(turn, audio.last, audio.leftover_words())
             self.release.idle_unless_queued(turn)
         except TurnFailed as exc:
@@ -69,6 +76,16 @@ class Producer:
             self.release.drop_turn(turn)
         finally:
             turn.stop_streams()
+
+    async def nothing_to_say(self, turn: Turn) -> None:
+        """A turn with text but no audio (only punctuation, symbols or emoji, or nothing the frontend could read): a
+        `nothing_to_say` warning before its empty turn_done (InvalidArgument for Synthesize)."""
+        shown = turn.text if len(turn.text) <= 40 else turn.text[:40] + "…"
+        what = (f"nothing in {shown!r} can be read aloud (only punctuation, symbols or emoji, or characters the "
+                "voice cannot read), so no audio was made; send text with Chinese characters, letters or digits")
+        if self.nothing_to_say_ends_call:
+            raise InvalidArgument(f"text has nothing to say: {what}")
+        await self.outbox.warn(NOTHING_TO_SAY, f"turn {turn.turn_id!r}: {what}", turn.turn_id)
 
     async def ssml_item(self, turn: Turn, audio: TurnAudio, item: Pause | SsmlWarning | SsmlError) -> None:
         """A <break> (its silence goes to release like speech, step by step), a parser warning, or the SSML error

@@ -32,7 +32,7 @@ class CallSession:
     """Runs one Converse stream (also used by Synthesize with a fixed list of events)."""
 
     def __init__(self, deps: CallDeps, context: Any, session_id: str, default_pacing: str = "REALTIME",
-                 max_delta_chars: int | None = None):
+                 max_delta_chars: int | None = None, nothing_to_say_ends_call: bool = False):
         self.deps = deps
         self.cfg = deps.cfg
         self.limits = deps.cfg.limits
@@ -40,6 +40,7 @@ class CallSession:
         self.session_id = session_id
         self.default_pacing = default_pacing
         self.max_delta_chars = max_delta_chars or self.limits.max_delta_chars
+        self.nothing_to_say_ends_call = nothing_to_say_ends_call  # Synthesize: INVALID_ARGUMENT, not a warning
         self.settings: SessionSettings | None = None
         self.outbox = Outbox(context, self.limits.stall_timeout_s)
         self.turns = Turns(self._segmenter, deps.clock)
@@ -127,7 +128,8 @@ class CallSession:
         )
         sender = self.release.sender = PacedSender(pacer, self.release.send)
         synthesis = Synthesis(self.deps, s, self.session_id, self.outbox, self.tel)
-        producer = Producer(s, self.turns, synthesis, self.release, self.tel)
+        producer = Producer(s, self.turns, synthesis, self.release, self.tel,
+                            nothing_to_say_ends_call=self.nothing_to_say_ends_call)
         self.input = CallInput(self.turns, self.outbox, self.release, self.limits, self.max_delta_chars,
                                self.deps.clock, self.tel, settings=s)
         parts = {"sender": sender.run(), "turns": self._then_end(producer.run()), "reader": self.input.run(events),
