@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from models.frontend.g2p import LexiconError
 from models.frontend.segmenter import Segment
 from protos.voxpool.v1 import tts_pb2 as pb
 from service.call.audio_out import TurnAudio
@@ -91,7 +92,10 @@ class Producer:
         """A <break> (its silence goes to release like speech, step by step), a parser warning, or the SSML error
         that refused the turn (TurnFailed: INVALID_SSML)."""
         if isinstance(item, SsmlError):
-            raise TurnFailed(f"{item}; the rest of this turn was dropped", turn_error="INVALID_SSML")
+            # a <phoneme> reading that is not valid pinyin is refused while its LexiconError is handled: the turn's
+            # lexicon is the problem (INVALID_LEXICON), not the markup
+            code = "INVALID_LEXICON" if isinstance(item.__context__, LexiconError) else "INVALID_SSML"
+            raise TurnFailed(f"{item}; the rest of this turn was dropped", turn_error=code)
         if isinstance(item, SsmlWarning):
             await self.outbox.warn(item.code, item.message, turn.turn_id)
             return
