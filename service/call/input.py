@@ -65,9 +65,9 @@ class ControlLimit:
         self.dropped += 1
         if not self.flood.take():
             raise InvalidArgument(
-                f"too many control messages: they kept coming at more than twice the limit of {self.rate_per_s:g} per second "
-                f"despite RATE_LIMITED errors ({self.dropped} dropped in this call); send at most "
-                f"{self.rate_per_s:g} control messages (flush, mark, clear, ...) per second"
+                "too many control messages: they kept coming at more than twice the limit of "
+                f"{self.rate_per_s:g} per second despite RATE_LIMITED errors ({self.dropped} dropped in this call); "
+                f"send at most {self.rate_per_s:g} control messages (flush, mark, clear, ...) per second"
             )
         name = getattr(msg, "name", "")
         what = f"{kind} {name!r}" if name else kind

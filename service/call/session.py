@@ -85,9 +85,9 @@ class CallSession:
         for message in problems[:MAX_LEXICON_WARNINGS]:
             await self.outbox.warn(LEXICON_ENTRY_INVALID, f"{message}; this entry is skipped, the others apply")
         if len(problems) > MAX_LEXICON_WARNINGS:
-            await self.outbox.warn(LEXICON_ENTRY_INVALID, f"{len(problems) - MAX_LEXICON_WARNINGS} more lexicon entries "
-                                                          "are invalid and skipped; SessionStarted.effective_config "
-                                                          "lists the entries in use")
+            more = len(problems) - MAX_LEXICON_WARNINGS
+            await self.outbox.warn(LEXICON_ENTRY_INVALID, f"{more} more lexicon entries are invalid and skipped; "
+                                                          "SessionStarted.effective_config lists the entries in use")
 
     def _started(self, s: SessionSettings) -> pb.ServerEvent:
         lim = self.limits
