@@ -1,4 +1,4 @@
-# Quick start: `make serve` (service with the default voice) and `make test`.
+# Quick start: `make serve` (the shipped configuration with the default voice) and `make test`.
 # Both build .venv from nothing on first use; later runs reuse it.
 PYTHON ?= python3
 VENV ?= .venv
@@ -23,8 +23,12 @@ install: $(STAMP)
 voice: $(STAMP)
 	$(VENV)/bin/voxpool voices install baker-zh
 
+# The shipped configuration (audio cache on, `voxpool cache stats` against :50051, metrics on 9464), with the
+# one difference a fresh machine needs: the voice is installed on first start (the images bake it in instead).
+# SERVE_ARGS="--port 50061" for another port; VOXPOOL__SECTION__KEY variables override any key.
+SERVE_ARGS ?=
 serve: $(STAMP)
-	$(VENV)/bin/voxpool serve
+	VOXPOOL__VOICE__AUTO_INSTALL=true $(VENV)/bin/voxpool serve --config deploy/config/voxpool.yaml $(SERVE_ARGS)
 
 # The default suite asserts behaviour, order and causality, never wall time; tests/load is left out.
 test: $(STAMP)

@@ -61,7 +61,7 @@ LOST_CONNECTION_WORDS = ("rst_stream", "stream removed", "socket closed", "conne
 
 
 # In-band errors that end their turn (the others drop one delta, mark or span and the turn goes on).
-TURN_ENDING_ERRORS = frozenset({"SYNTHESIS_FAILED", "NORMALIZATION_FAILED", "INVALID_SSML"})
+TURN_ENDING_ERRORS = frozenset({"SYNTHESIS_FAILED", "NORMALIZATION_FAILED", "INVALID_SSML", "INVALID_LEXICON"})
 
 
 def lost_connection(err: VoxpoolError) -> bool:

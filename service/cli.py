@@ -34,7 +34,28 @@ def run(args: argparse.Namespace) -> int:
         cfg.server.port = args.port
     if args.voice is not None:
         cfg.voice.default = args.voice
-    return run_server(cfg, backend=args.backend)
+    try:
+        return run_server(cfg, backend=args.backend)
+    except startup_errors() as exc:  # what the operator must change, on one line (no traceback)
+        print(f"voxpool serve: {one_line(exc)}", file=sys.stderr)
+        return 2
+
+
+def startup_errors() -> tuple[type[BaseException], ...]:
+    """Errors of a start that a person fixes (a port, a voice name or folder, a config file), not bugs."""
+    from models.checkpoint import CheckpointError
+    from models.voices.install import VoiceInstallError
+    from models.voices.registry import VoiceNotFound
+    from service.config import ConfigError
+    from service.server import BindError
+
+    return BindError, VoiceNotFound, CheckpointError, VoiceInstallError, ConfigError
+
+
+def one_line(exc: BaseException) -> str:
+    """The exception's message on one line (a LookupError's str() is its repr)."""
+    text = exc.args[0] if isinstance(exc, LookupError) and exc.args else str(exc)
+    return " ".join(str(text).split())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

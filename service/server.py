@@ -57,6 +57,23 @@ def server_options(cfg: ServiceConfig) -> list[tuple[str, int]]:
     ]
 
 
+class BindError(OSError):
+    """A port the server must listen on cannot be opened (in use, or not allowed); the message names the setting."""
+
+
+def _bind(add_port: Any, address: str, setting: str) -> int:
+    """grpc's add_*_port, whose failure (RuntimeError, or port 0 from older grpc) becomes a BindError naming the
+    address and the setting to change."""
+    try:
+        port = add_port()
+    except RuntimeError:
+        port = 0
+    if port == 0 and not address.endswith(":0"):
+        raise BindError(f"cannot listen on {address}: the port is in use (or not allowed); stop the other server or "
+                        f"choose another port with {setting}")
+    return port
+
+
 class VoxpoolServer:
     """One process's server: owns the engine, the gRPC server, health and admission."""
 
@@ -120,13 +137,20 @@ class VoxpoolServer:
         # TLS / mutual TLS when configured; reloaded on SIGHUP and when the files change (service/tls.py)
         self.certificates = server_certificates(self.cfg.security)
         if self.certificates is not None:
-            self.port = self.server.add_secure_port(address, self.certificates.credentials())
+            self.port = _bind(lambda: self.server.add_secure_port(address, self.certificates.credentials()),
+                              address, "server.port (--port)")
         else:
-            self.port = self.server.add_insecure_port(address)
+            self.port = _bind(lambda: self.server.add_insecure_port(address), address, "server.port (--port)")
         if self.admin is not None:
-            self.admin_port = self.admin.add_insecure_port(f"{self.cfg.server.admin_host}:{self.cfg.server.admin_port}")
+            admin_address = f"{self.cfg.server.admin_host}:{self.cfg.server.admin_port}"
+            self.admin_port = _bind(lambda: self.admin.add_insecure_port(admin_address), admin_address,
+                                    "server.admin_port")
             await self.admin.start()
-        await self.telemetry.start(self.cfg.server.host)  # telemetry: /metrics endpoint
+        try:
+            await self.telemetry.start(self.cfg.server.host)  # telemetry: /metrics endpoint
+        except OSError as exc:
+            raise BindError(f"cannot serve metrics on port {self.cfg.telemetry.metrics_port} ({exc.strerror or exc}); "
+                            "stop what uses it or set telemetry.metrics_port to another port (0 = none)") from exc
         await self.health.starting()
         await self.server.start()
         loop = asyncio.get_running_loop()

@@ -12,6 +12,7 @@ import grpc
 
 from models.frontend.normalize import NormalizeOptions
 from models.frontend.pipeline import FrontendError
+from models.frontend.segmenter import has_speakable
 from protos.voxpool.v1 import tts_pb2 as pb
 from protos.voxpool.v1 import tts_pb2_grpc
 from service.admission import Admission
@@ -117,6 +118,12 @@ class TtsServicer(tts_pb2_grpc.TtsServicer):
                 await _abort(context, InvalidArgument(
                     f"text has {len(request.text)} characters; at most {limit} per Synthesize (use Converse for more)"))
                 return
+            ssml = request.HasField("options") and request.options.text_format == pb.TurnOptions.SSML
+            if not ssml and not has_speakable(request.text):
+                await _abort(context, InvalidArgument(
+                    "text has nothing to say: only punctuation, symbols or emoji, which are not read aloud; send text "
+                    "with Chinese characters, letters or digits"))
+                return
             try:
                 spans_from_proto(request.spans, len(request.text))
                 turn_options(request.options if request.HasField("options") else None)
@@ -131,7 +138,8 @@ class TtsServicer(tts_pb2_grpc.TtsServicer):
                 for e in events:
                     yield e
 
-            session = CallSession(self.deps, context, _session_id(), default_pacing="ASAP", max_delta_chars=limit)
+            session = CallSession(self.deps, context, _session_id(), default_pacing="ASAP", max_delta_chars=limit,
+                                  nothing_to_say_ends_call=True)
             await self._serve(context, session, feed())
         finally:
             slot.release()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -41,9 +42,23 @@ SUBCOMMANDS = (
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+# A word that starts with a dash and a digit ("-3℃", "-5%", "-0.5") is text: no option of voxpool looks like that.
+_DASH_DIGIT = re.compile(r"^-\d")
+
+
+def text_may_start_with_a_dash(p: argparse.ArgumentParser) -> None:
+    """Let `p`'s text argument start with a dash and a digit. argparse takes any other word with a leading dash for
+    an option unless it is a plain number (or holds a space); its negative-number pattern is the one switch it has
+    (an attribute set in ArgumentParser.__init__, pinned by tests/service/test_cli_errors.py). Text that starts with
+    a dash and no digit goes after `--`."""
+    p._negative_number_matcher = _DASH_DIGIT  # noqa: SLF001
+
+
 def say_arguments(s: argparse.ArgumentParser) -> None:
     """The options of `say` (clients.say.say_main reads them)."""
-    s.add_argument("text", help="the text to speak (with --ssml: an SSML document, docs/ssml.md)")
+    s.add_argument("text", help="the text to speak (with --ssml: an SSML document, docs/ssml.md); text that starts "
+                                "with a dash and no digit goes after `--`: voxpool say -o a.wav -- \"-请稍候\"")
+    text_may_start_with_a_dash(s)
     s.add_argument("-o", "--output", required=True, help="WAV file to write")
     s.add_argument("--ssml", action="store_true", help="the text is SSML (<speak>...</speak>)")
     s.add_argument("--rate", type=_speaking_rate, default=None, metavar="X",

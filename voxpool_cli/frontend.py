@@ -7,7 +7,10 @@ import sys
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("text")
+    from voxpool_cli.commands import text_may_start_with_a_dash
+
+    p.add_argument("text", help="the text (one that starts with a dash and no digit goes after `--`)")
+    text_may_start_with_a_dash(p)
     p.add_argument("--explain", action="store_true", help="per character: reading, reading before sandhi, origin")
     p.add_argument("--lexicon", default=None, help="pronunciation lexicon file (grapheme<TAB>pinyin per line)")
 

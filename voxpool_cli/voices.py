@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from models.voices.install import INSTALLABLE, VoiceInstallError, install_voice
-    from models.voices.registry import list_voices
+    from models.voices.registry import invalid_voice_folders, list_voices
 
     if args.voices_cmd == "install":
         for name in args.names:
@@ -37,4 +37,6 @@ def run(args: argparse.Namespace) -> int:
         else:
             item = INSTALLABLE[name]
             print(f"{name:20} {item.kind:8} {'':>7}  {'available':10} {item.description}")
+    for path, why in invalid_voice_folders():  # docs/voices.md: `voices list` validates each folder
+        print(f"{path.name:20} {'':8} {'':>7}  {'invalid':10} {why}")
     return 0

@@ -54,6 +54,12 @@ class Segment:
     reason: str  # "sentence", "clause", "cap", "flush", "idle"
 
 
+def has_speakable(text: str) -> bool:
+    """True when `text` has a character to read aloud (a letter or a digit of any script): a segment needs one,
+    so text of only punctuation, symbols or emoji is never synthesized."""
+    return any(c.isalnum() for c in text)
+
+
 def _is_han(c: str) -> bool:
     return c.isalpha() and unicodedata.name(c, "").startswith("CJK ")
 
@@ -243,7 +249,7 @@ class Segmenter:
 
     def _emit(self, end: int, reason: str, out: list[Segment]) -> None:
         text = self._pending[: end - self._start]
-        if any(c.isalnum() for c in text):
+        if has_speakable(text):
             out.append(Segment(text, self._start, end, reason))
             self._first = False
         self._pending = self._pending[end - self._start:]

@@ -69,19 +69,34 @@ def _info(path: Path, meta: dict) -> VoiceInfo:
 
 
 def list_voices(root: Path | None = None) -> list[VoiceInfo]:
-    """Installed voices and vocoders under `root`, sorted by name; unreadable folders are skipped."""
+    """Installed voices and vocoders under `root`, sorted by name; invalid folders are left out (see
+    `invalid_voice_folders`)."""
+    return _scan(root)[0]
+
+
+def invalid_voice_folders(root: Path | None = None) -> list[tuple[Path, str]]:
+    """Folders under `root` that are not usable voices, with why (the field or file at fault), sorted by path."""
+    return _scan(root)[1]
+
+
+def _scan(root: Path | None) -> tuple[list[VoiceInfo], list[tuple[Path, str]]]:
     root = root or voices_dir()
     if not root.is_dir():
-        return []
-    out = []
+        return [], []
+    out, invalid = [], []
     for child in sorted(root.iterdir()):
-        if child.name.startswith(".") or not (child / "voice.json").is_file():
+        if child.name.startswith(".") or not child.is_dir():  # hidden: an install in progress
+            continue
+        if not (child / "voice.json").is_file():
+            invalid.append((child, "no voice.json: not a voice folder (docs/voices.md)"))
             continue
         try:
             out.append(_info(child, read_voice_meta(child)))
-        except CheckpointError:
-            continue
-    return out
+        except CheckpointError as exc:
+            invalid.append((child, str(exc)))
+        except (TypeError, ValueError) as exc:  # a field of the wrong type (sample_rate_hz "fast")
+            invalid.append((child, f"{child / 'voice.json'}: {exc}"))
+    return out, invalid
 
 
 def find_voice(name_or_path: str, root: Path | None = None) -> Path:

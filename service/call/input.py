@@ -18,11 +18,11 @@ if TYPE_CHECKING:
 
 
 class TokenBucket:
-    """Control-message rate limit: `rate_per_s` sustained, bursts of twice that."""
+    """A rate limit: `rate_per_s` sustained, bursts of `burst` (default twice the rate)."""
 
-    def __init__(self, rate_per_s: float, clock: Callable[[], float]):
+    def __init__(self, rate_per_s: float, clock: Callable[[], float], burst: float | None = None):
         self.rate = rate_per_s
-        self.capacity = 2.0 * rate_per_s
+        self.capacity = 2.0 * rate_per_s if burst is None else burst
         self.tokens = self.capacity
         self.clock = clock
         self.last = clock()
@@ -35,6 +35,45 @@ class TokenBucket:
             self.tokens -= 1.0
             return True
         return False
+
+
+FLOOD_BUDGET_S = 10.0  # dropped control events a call may accumulate: this many seconds' worth of the limit
+
+
+class ControlLimit:
+    """Limit on control events (every ClientEvent but config, text and end): Limits.max_control_per_s sustained,
+    bursts of twice that. An event over it is dropped, and each drop is reported in-band (RATE_LIMITED).
+
+    The drops have a budget of their own, FLOOD_BUDGET_S × the limit, refilled at the limit: a client over the limit
+    by less than the limit itself never spends it; one that keeps sending more than twice the limit for seconds,
+    ignoring the errors, does, and that ends the call (InvalidArgument), so a flood cannot hold the call's event
+    loop (and the errors it answers with) busy indefinitely."""
+
+    def __init__(self, rate_per_s: float, clock: Callable[[], float]):
+        self.rate_per_s = rate_per_s
+        self.allowed = TokenBucket(rate_per_s, clock)
+        self.flood = TokenBucket(rate_per_s, clock, burst=FLOOD_BUDGET_S * rate_per_s)
+        self.dropped = 0  # control events dropped in this call
+
+    def admit(self) -> bool:
+        """True when the event may be applied; False: drop it (and call `drop`)."""
+        return self.allowed.take()
+
+    def drop(self, kind: str, msg: object) -> str:
+        """Count a dropped `kind` event: the RATE_LIMITED error's message. InvalidArgument when the flood budget is
+        spent."""
+        self.dropped += 1
+        if not self.flood.take():
+            raise InvalidArgument(
+                "too many control messages: they kept coming at more than twice the limit of "
+                f"{self.rate_per_s:g} per second despite RATE_LIMITED errors ({self.dropped} dropped in this call); "
+                f"send at most {self.rate_per_s:g} control messages (flush, mark, clear, ...) per second"
+            )
+        name = getattr(msg, "name", "")
+        what = f"{kind} {name!r}" if name else kind
+        return (f"{what} dropped: control messages (every event but config, text and end) are limited to "
+                f"{self.rate_per_s:g} per second, bursts of {2 * self.rate_per_s:g} (Limits.max_control_per_s); "
+                "send fewer (a mark per word or sentence, not per token), and send a dropped flush or clear again")
 
 
 REFUSAL_WAIT_S = 0.1  # a call refused for what the client sent waits this long for its next write (grpc/grpc#36066)
@@ -63,7 +102,7 @@ class CallInput:
         self.max_delta_chars = max_delta_chars
         self.clock = clock
         self.tel = telemetry
-        self.control = TokenBucket(limits.max_control_per_s, clock)
+        self.control = ControlLimit(limits.max_control_per_s, clock)
         self.last_event_s = clock()
         self.done = False  # `end` received, or the stream closed
         self.refused: Turn | None = None  # an SSML turn refused before its text ended: the rest of it is dropped
@@ -76,24 +115,33 @@ class CallInput:
                 kind = event.WhichOneof("event")
                 if kind == "text":
                     await self.on_text(event.text)
-                elif kind in ("flush", "mark", "clear"):
-                    if not self.control.take():
-                        raise InvalidArgument(
-                            f"too many control messages: at most {self.limits.max_control_per_s:g} flush/mark/clear "
-                            "per second (bursts of twice that)"
-                        )
-                    await getattr(self, f"on_{kind}")(getattr(event, kind))
                 elif kind == "end":
                     break
                 elif kind == "config":
                     raise InvalidArgument("config may only be the first message of the stream")
-                else:
+                elif kind is None:
                     raise InvalidArgument("empty ClientEvent: set one of config, text, flush, mark, clear, end")
+                else:  # a control event: flush, mark, clear, and every kind added beside them
+                    msg = getattr(event, kind)
+                    if not self.control.admit():
+                        await self._rate_limited(kind, msg)
+                        continue
+                    await getattr(self, f"on_{kind}")(msg)
         except InvalidArgument:
             await refuse_after_writes(events)
             raise
         self.done = True
         self.turns.end_input()
+
+    async def _rate_limited(self, kind: str, msg: object) -> None:
+        """A control event over the limit: dropped; the turn it names (else the open turn, else the newest one still
+        playing) gets RATE_LIMITED."""
+        message = self.control.drop(kind, msg)
+        turn_id = getattr(msg, "turn_id", "")  # a kind without a turn_id field concerns the open turn
+        if not turn_id:
+            turn = self.turns.open_turn() or next((t for t in reversed(self.turns.live) if t.active), None)
+            turn_id = turn.turn_id if turn is not None else ""
+        await self.outbox.error(pb.Error.RATE_LIMITED, message, turn_id)
 
     async def on_text(self, delta: pb.TextDelta) -> None:
         text = delta.text

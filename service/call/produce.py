@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from models.frontend.g2p import LexiconError
 from models.frontend.segmenter import Segment
 from protos.voxpool.v1 import tts_pb2 as pb
 from service.call.audio_out import TurnAudio
@@ -16,17 +17,22 @@ from service.call.release import Release
 from service.call.ahead import SegmentsAhead
 from service.call.synthesis import Synthesis
 from service.call.turn import Turn, Turns, TurnState
-from service.errors import TurnFailed
+from service.errors import InvalidArgument, TurnFailed
 from service.session import SessionSettings
 from service.ssml import Pause, SsmlError, SsmlWarning
+
+
+NOTHING_TO_SAY = "nothing_to_say"  # Warning.code of a turn whose text gave no audio
 
 
 class Producer:
     """Takes turns in order from `turns.to_produce`; returns once every turn is produced and released."""
 
     def __init__(self, settings: SessionSettings, turns: Turns, synthesis: Synthesis, release: Release,
-                 telemetry: object):
+                 telemetry: object, nothing_to_say_ends_call: bool = False):
         self.s = settings
+        # Synthesize: a text with nothing to say is the request's fault (INVALID_ARGUMENT), not a turn's warning
+        self.nothing_to_say_ends_call = nothing_to_say_ends_call
         self.turns = turns
         self.synthesis = synthesis
         self.release = release
@@ -82,11 +88,13 @@ class Producer:
                 return
             for frame in audio.flush(len(turn.text)):
                 self.release.push(frame)
+            if audio.last is None and turn.text.strip():
+                await self.nothing_to_say(turn)
             await self.release.last_frame_pushed(turn, audio.last, audio.leftover_words())
             self.release.idle_unless_queued(turn)
         except TurnFailed as exc:
             turn.fail()
-            self.tel.turn_failed(turn, exc.message)  # telemetry
+            self.tel.turn_failed(turn, exc.turn_error)  # telemetry: the code, never the caller's text
             retryable = turn.audio_frames == 0 and turn.pending_frames == 0
             await self.outbox.error(pb.Error.Code.Value(exc.turn_error), exc.message, turn.turn_id, retryable)
             self.release.drop_turn(turn)
@@ -94,11 +102,24 @@ class Producer:
             ahead.close()
             turn.stop_streams()
 
+    async def nothing_to_say(self, turn: Turn) -> None:
+        """A turn with text but no audio (only punctuation, symbols or emoji, or nothing the frontend could read): a
+        `nothing_to_say` warning before its empty turn_done (InvalidArgument for Synthesize)."""
+        shown = turn.text if len(turn.text) <= 40 else turn.text[:40] + "…"
+        what = (f"nothing in {shown!r} can be read aloud (only punctuation, symbols or emoji, or characters the "
+                "voice cannot read), so no audio was made; send text with Chinese characters, letters or digits")
+        if self.nothing_to_say_ends_call:
+            raise InvalidArgument(f"text has nothing to say: {what}")
+        await self.outbox.warn(NOTHING_TO_SAY, f"turn {turn.turn_id!r}: {what}", turn.turn_id)
+
     async def ssml_item(self, turn: Turn, audio: TurnAudio, item: Pause | SsmlWarning | SsmlError) -> None:
         """A <break> (its silence goes to release like speech, step by step), a parser warning, or the SSML error
         that refused the turn (TurnFailed: INVALID_SSML)."""
         if isinstance(item, SsmlError):
-            raise TurnFailed(f"{item}; the rest of this turn was dropped", turn_error="INVALID_SSML")
+            # a <phoneme> reading that is not valid pinyin is refused while its LexiconError is handled: the turn's
+            # lexicon is the problem (INVALID_LEXICON), not the markup
+            code = "INVALID_LEXICON" if isinstance(item.__context__, LexiconError) else "INVALID_SSML"
+            raise TurnFailed(f"{item}; the rest of this turn was dropped", turn_error=code)
         if isinstance(item, SsmlWarning):
             await self.outbox.warn(item.code, item.message, turn.turn_id)
             return

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Mapping
 
-from models.frontend.pipeline import FrontendError
+from models.frontend.g2p import LexiconError, validate_entry
 from models.frontend.segmenter import Segmenter
 from protos.voxpool.v1 import tts_pb2 as pb
 from protos.voxpool.v1 import wire
@@ -27,13 +28,15 @@ from service.version import VERSION
 log = logging.getLogger(__name__)
 _RECANCEL_S = 1.0  # a task still running this long after its cancel absorbed it (library code): cancel it again
 _WATCH_S = 0.1  # the watchdog's period (session length, idle text flush, idle call)
+LEXICON_ENTRY_INVALID = "lexicon_entry_invalid"  # Warning.code of a skipped SessionConfig.lexicon entry
+MAX_LEXICON_WARNINGS = 10  # one warning per bad entry up to this many, then one for the rest
 
 
 class CallSession:
     """Runs one Converse stream (also used by Synthesize with a fixed list of events)."""
 
     def __init__(self, deps: CallDeps, context: Any, session_id: str, default_pacing: str = "REALTIME",
-                 max_delta_chars: int | None = None):
+                 max_delta_chars: int | None = None, nothing_to_say_ends_call: bool = False):
         self.deps = deps
         self.cfg = deps.cfg
         self.limits = deps.cfg.limits
@@ -41,7 +44,9 @@ class CallSession:
         self.session_id = session_id
         self.default_pacing = default_pacing
         self.max_delta_chars = max_delta_chars or self.limits.max_delta_chars
+        self.nothing_to_say_ends_call = nothing_to_say_ends_call  # Synthesize: INVALID_ARGUMENT, not a warning
         self.settings: SessionSettings | None = None
+        self.lexicon_problems: list[str] = []  # why each skipped SessionConfig.lexicon entry is invalid
         self.outbox = Outbox(context, self.limits.stall_timeout_s)
         self.turns = Turns(self._segmenter, deps.clock)
         self.release: Release | None = None
@@ -70,12 +75,21 @@ class CallSession:
             speaking_rate=config.speaking_rate if config.HasField("speaking_rate") else None,
             frames_per_event=config.frames_per_event,
         )
-        if self.settings.lexicon:
-            try:  # validate the lexicon once, at the start, so a bad entry fails the call cleanly
-                self.deps.frontend_for(self.settings.normalize).to_ids("好", lexicon=self.settings.lexicon)
-            except FrontendError as exc:
-                raise InvalidArgument(f"lexicon: {exc}") from None
+        if self.settings.lexicon:  # each entry checked once, at the start: a bad one is skipped, the others apply
+            usable, self.lexicon_problems = checked_lexicon(self.settings.lexicon)
+            self.settings = dataclasses.replace(self.settings, lexicon=usable)
         return self.settings
+
+    async def _lexicon_warnings(self) -> None:
+        """One `lexicon_entry_invalid` warning per skipped SessionConfig.lexicon entry (at most
+        MAX_LEXICON_WARNINGS, then one that counts the rest), right after `started`."""
+        problems = self.lexicon_problems
+        for message in problems[:MAX_LEXICON_WARNINGS]:
+            await self.outbox.warn(LEXICON_ENTRY_INVALID, f"{message}; this entry is skipped, the others apply")
+        if len(problems) > MAX_LEXICON_WARNINGS:
+            more = len(problems) - MAX_LEXICON_WARNINGS
+            await self.outbox.warn(LEXICON_ENTRY_INVALID, f"{more} more lexicon entries are invalid and skipped; "
+                                                          "SessionStarted.effective_config lists the entries in use")
 
     def _started(self, s: SessionSettings) -> pb.ServerEvent:
         lim = self.limits
@@ -122,6 +136,7 @@ class CallSession:
             raise
         self.tel.configured(s)  # telemetry
         await self.outbox.write(self._started(s))
+        await self._lexicon_warnings()
         self.release = Release(s, self.turns, self.outbox, self.deps.clock, self.tel)
         pacer: Pacer[OutFrame] = Pacer(
             s.frame_ms, s.lead_ms, mode=s.pacing, clock=self.deps.clock,
@@ -130,7 +145,8 @@ class CallSession:
         self.outbox.pack_audio(s.frames_per_event)
         sender = self.release.sender = PacedSender(pacer, self.release.send, held=self.outbox)
         synthesis = Synthesis(self.deps, s, self.session_id, self.outbox, self.tel)
-        producer = Producer(s, self.turns, synthesis, self.release, self.tel)
+        producer = Producer(s, self.turns, synthesis, self.release, self.tel,
+                            nothing_to_say_ends_call=self.nothing_to_say_ends_call)
         self.input = CallInput(self.turns, self.outbox, self.release, self.limits, self.max_delta_chars,
                                self.deps.clock, self.tel, settings=s)
         parts = {"sender": sender.run(), "turns": self._then_end(producer.run()), "reader": self.input.run(events),
@@ -224,6 +240,21 @@ class CallSession:
             state = "done" if task.done() else f"cancel requested {task.cancelling()}x, waiting in {_awaiting(task)}"
             lines.append(f"  task {task.get_name()}: {state}")
         return "\n".join(lines)
+
+
+def checked_lexicon(lexicon: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The usable entries of a SessionConfig.lexicon, and what is wrong with each of the others (the message names
+    the entry and what to change), in grapheme order (a protobuf map has none of its own)."""
+    usable: dict[str, str] = {}
+    problems: list[str] = []
+    for grapheme, reading in sorted(lexicon.items()):
+        try:
+            validate_entry(grapheme, reading)
+        except LexiconError as exc:
+            problems.append(str(exc))
+        else:
+            usable[grapheme] = reading
+    return usable, problems
 
 
 def _awaiting(task: asyncio.Task) -> str:

@@ -14,13 +14,13 @@ import numpy as np
 from engine.errors import EngineError
 from engine.request import AudioChunk, SynthesisOptions, SynthesisRequest
 from models.frontend.normalize import NormalizeOptions
-from models.frontend.pipeline import FrontendError, FrontendOptions, MandarinFrontend
+from models.frontend.pipeline import FrontendError, FrontendLexiconError, FrontendOptions, MandarinFrontend
 from models.frontend.segmenter import Segment
 from service import figures
 from service.call.outbox import Outbox
 from service.call.turn import Turn
 from service.call.words import SegmentWords
-from service.errors import in_call
+from service.errors import TurnFailed, in_call
 from service.pacing import engine_deadline_margin_ms
 from service.session import SessionSettings
 from service.ssml import SsmlSegment
@@ -97,6 +97,9 @@ class Synthesis:
         try:
             result = await loop.run_in_executor(
                 self.deps.executor, lambda: frontend.to_ids(seg.text, turn.spans_for(seg), lexicon or None))
+        except FrontendLexiconError as exc:  # the segment's own readings (an SSML <phoneme>): the turn fails
+            seg_tel.end("failed")  # telemetry
+            raise TurnFailed(f"{exc}; the rest of this turn was dropped", turn_error="INVALID_LEXICON") from None
         except FrontendError as exc:
             seg_tel.end("skipped")  # telemetry
             await self.outbox.warn("segment_skipped", f"nothing to say in {seg.text!r}: {exc}", turn.turn_id)

@@ -76,6 +76,12 @@ def test_file_loads_and_differs_from_defaults_only_where_marked():
     assert from_file["server.reflection"] is False
     assert from_file["voice.auto_install"] is False
     assert from_file["telemetry.metrics_port"] == 9464
+    assert from_file["cache.enabled"] is True
+    # `voxpool cache warm|stats` reach the serving port by default (CacheAdmin is served there only)
+    from clients.cache_cli import DEFAULT_SERVER
+
+    assert f"localhost:{from_file['server.port']}" == DEFAULT_SERVER
+    assert from_file["server.admin_host"] == "127.0.0.1"
 
 
 def test_file_names_every_key_of_the_tree():
