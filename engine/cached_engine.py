@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 # EngineConfig fields that change the audio of a given request (the rest change scheduling only).
-AUDIO_ENGINE_SETTINGS = ("device", "dtype", "weights", "prenet_dropout")
+AUDIO_ENGINE_SETTINGS = ("device", "dtype", "weights", "prenet_dropout", "vocoder_dtype")
 
 _force_admit: contextvars.ContextVar[bool] = contextvars.ContextVar("voxpool_cache_force_admit", default=False)
 
@@ -110,7 +110,10 @@ class CachingEngine:
 
     def _engine_settings(self) -> dict[str, Any]:
         config = getattr(self.backend, "config", None)
-        return {name: getattr(config, name, None) for name in AUDIO_ENGINE_SETTINGS}
+        settings = {name: getattr(config, name, None) for name in AUDIO_ENGINE_SETTINGS}
+        if config is not None:  # what `auto` means on this machine changes the audio
+            settings["vocoder_dtype"] = config.resolved_vocoder_dtype()
+        return settings
 
     async def start(self, warmup: bool = True) -> None:
         """Fingerprint each voice (off the loop), then start the engine."""

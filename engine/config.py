@@ -24,7 +24,9 @@ class EngineConfig:
     cuda_graphs: bool = True  # CUDA only: the decoder step as CUDA graphs per batch × input-length bucket (engine/cuda_graphs.py)
     cuda_graph_max_batch: int = 64  # largest captured bucket; bigger batches run eagerly
     vocoder_fast_path: bool = True  # postnet streamed (each frame once) + vocoder's 1×1 convs as matmuls, polyphase PQMF; false: reference layers
-    vocoder_dtype: str = "float32"  # CPU: float32 | bfloat16 (a bf16 copy of the vocoder; postnet and mel stay fp32)
+    # CPU: float32 | bfloat16 (a bf16 copy of the vocoder; postnet and mel stay fp32) | auto (bfloat16 where the CPU
+    # has native bf16 arithmetic, float32 elsewhere and on CUDA: `resolved_vocoder_dtype`)
+    vocoder_dtype: str = "float32"
 
     # --- the pool
     max_slots: int = 32  # requests decoding at once (rows of the preallocated decoder state)
@@ -86,6 +88,19 @@ class EngineConfig:
         first = -(-self.min_chunk_frames // step) * step
         return tuple(range(first, chunk_frames or self.chunk_frames, step))
 
+    def resolved_vocoder_dtype(self, native_bf16: bool | None = None) -> str:
+        """The vocoder's dtype on this machine: `auto` is bfloat16 on a CPU with native bf16 (`native_bf16`, read
+        from the CPU when None), float32 elsewhere and on CUDA (where `dtype` sets every model's)."""
+        if self.vocoder_dtype != "auto":
+            return self.vocoder_dtype
+        if self.device.split(":", 1)[0] != "cpu":
+            return "float32"
+        if native_bf16 is None:
+            from models.cpu_features import has_native_bf16
+
+            native_bf16 = has_native_bf16()
+        return "bfloat16" if native_bf16 else "float32"
+
     @property
     def decode_batch_cap(self) -> int:
         """Largest decode batch (max_decode_batch, or max_slots when 0)."""
@@ -100,8 +115,8 @@ class EngineConfig:
             raise ValueError(f"engine.dtype={self.dtype!r}: use one of {_DTYPES}")
         if self.weights not in _WEIGHTS:
             raise ValueError(f"engine.weights={self.weights!r}: use one of {_WEIGHTS}")
-        if self.vocoder_dtype not in ("float32", "bfloat16"):
-            raise ValueError(f"engine.vocoder_dtype={self.vocoder_dtype!r}: use float32 or bfloat16")
+        if self.vocoder_dtype not in ("float32", "bfloat16", "auto"):
+            raise ValueError(f"engine.vocoder_dtype={self.vocoder_dtype!r}: use float32, bfloat16 or auto")
         if base == "cuda" and self.weights == "int8":
             raise ValueError("engine.weights=int8 is the CPU fast path; on CUDA set engine.weights to fp32 or bf16")
         positive = (

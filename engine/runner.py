@@ -59,8 +59,8 @@ class TorchRunner:
             dt = getattr(torch, config.dtype)
             acoustic = copy.deepcopy(acoustic).to(dt)
             vocoder = copy.deepcopy(vocoder).to(dt)
-        elif config.vocoder_dtype != "float32":  # a copy: the voice's own vocoder (baselines, whole-utterance) stays
-            vocoder = copy.deepcopy(vocoder).to(getattr(torch, config.vocoder_dtype))
+        elif config.resolved_vocoder_dtype() != "float32":  # a copy: the voice's own vocoder (whole-utterance) stays
+            vocoder = copy.deepcopy(vocoder).to(getattr(torch, config.resolved_vocoder_dtype()))
         with _ENCODER_LOCK:  # .to()/.eval() refresh nn.LSTM's flat weights: not while a baseline worker encodes
             self.acoustic = acoustic.to(self.device).eval()
             self.vocoder = vocoder.to(self.device).eval()
@@ -86,6 +86,8 @@ class TorchRunner:
         self.trim_abs_sum = c.trim_abs_sum
         self.state_dtype = self.acoustic.embedding.weight.dtype
         self.vocoder_dtype = next(self.vocoder.parameters()).dtype
+        logger.info("voice %s: vocoder in %s (engine.vocoder_dtype=%s)", name,
+                    str(self.vocoder_dtype).replace("torch.", ""), config.vocoder_dtype)
         cap = config.max_slots
         steps_cap = c.max_decoder_steps + config.max_decode_steps_per_iteration
         self.max_frames = steps_cap * self.r + self.ctx + config.max_chunk_frames

@@ -2,17 +2,19 @@
 
 Policy (also in docs/engine.md):
 
-* **Urgency.** A streaming request that has sent no audio yet is *urgent*. After its first chunk it is urgent
-  when its client-side buffer, `audio delivered − (now − time of its first chunk) − deadline margin`, is below
-  the duration of its next chunk plus `urgency_margin_ms` (the client is assumed to start playback at the first
-  chunk and never stall, as in VoxServe's online scheduler; the request's `deadline_margin_ms` is how long
-  before its play time the consumer needs a sample: the edge's pacer plays silence for a frame not queued
-  `lead − grace` before its play time). Non-streaming requests are never urgent.
+* **The call's playback clock.** A request that follows another (SynthesisOptions.follows: the previous segment
+  of its call) starts playing where that one's audio ends, plus the SSML gap between them (`play_start_s`); a
+  chain head starts its clock with its first chunk. Every rule below reads this clock.
+* **Urgency.** A fresh request (a chain head with no audio yet) is urgent; any other streaming request is urgent
+  when its queued audio, `play start + audio delivered − now − deadline margin`, is below its next chunk plus
+  `urgency_margin_ms` (the consumer needs each sample `deadline_margin_ms` before its play time: the edge's
+  pacer). Non-streaming requests are never urgent.
+* **Lead window.** A streaming row whose decided mel is `max_lead_ms` ahead of playback skips the decoder.
 * **Encode.** Admitted requests are encoded oldest first, at most `max_encode_per_iteration` per iteration,
   so a burst of newcomers cannot stall the decoder step of running streams for long.
 * **Decode.** Every decoding request takes one batched decoder call per iteration. Its number of steps keeps
   the mel ahead of playback: ceil(`decode_pace` · time since the previous call / audio per step), twice
-  that while a stream is young (fewer than RAMP_CHUNKS chunks sent) or new, at least
+  that while a chain head is young (fewer than RAMP_CHUNKS chunks sent) or new, at least
   `decode_steps_per_iteration`, at most `max_decode_steps_per_iteration` (an iteration that vocoded takes
   tens of ms; one step after it would let every stream fall behind). If there are more than
   `max_decode_batch`, urgent ones go first, then the ones with the least buffered audio; the rest wait one
@@ -33,10 +35,10 @@ Policy (also in docs/engine.md):
   A smaller non-urgent chunk waits until it is urgent (by then more mel is decided and it is bigger) or
   the decoder is idle. One iteration vocodes at most `max_vocode_frames_per_iteration` frames (the most
   urgent chunk always goes), so the decoder of every stream waits for at most one bounded vocoder call.
-* **Staggered starts.** While `max_ramping_streams` streams have sent fewer than RAMP_CHUNKS chunks
-  (their buffers are thin), further first chunks wait: a burst of new calls starts a few at a time, each
-  with enough lead to stay on time, instead of all at once and all late. A held first chunk grows with
-  the mel decoded meanwhile; no start is held past MAX_START_HOLD_S after its submission.
+* **Staggered starts.** While a running call is urgent and `max_ramping_streams` chain heads have sent fewer
+  than RAMP_CHUNKS chunks, further fresh first chunks wait: a burst of new calls starts a few at a time, each
+  with enough lead to stay on time, instead of all at once and all late; followers are never held. A held
+  first chunk grows with the mel decoded meanwhile; no start is held past MAX_START_HOLD_S after its submission.
 * **Back-pressure.** A request whose stream holds more than `max_unread_audio_ms` of unread audio is not
   scheduled (it keeps its slot); after `stalled_consumer_timeout_ms` paused it fails with ConsumerStalled.
 * **Sleep.** When nothing is runnable the scheduler returns the earliest time something can change
@@ -386,7 +388,8 @@ class Scheduler:
         if ahead:  # far enough ahead of playback: wait (bounds the work a barge-in throws away)
             decodable = [r for r in decodable if not self._lead_full(r, now, lead_cap_s)]
             plan.lead_full = len(ahead)
-            plan.wake_at_s = min(filter(None, (plan.wake_at_s, now + PAUSED_RECHECK_S)))
+            recheck = now + PAUSED_RECHECK_S  # playback moves on: re-check even if nothing else wakes the loop
+            plan.wake_at_s = recheck if plan.wake_at_s is None else min(plan.wake_at_s, recheck)
         if len(decodable) > cfg.decode_batch_cap:  # earliest deadline first
             decodable.sort(key=lambda r: (id(r) not in urgent, self.buffer_s(r, now)))
             plan.skipped_decode = len(decodable) - cfg.decode_batch_cap
