@@ -115,3 +115,41 @@ async def test_a_refused_document_or_an_ended_turn_drops_the_work_ahead() -> Non
     ahead2.close()
     await asyncio.sleep(0)
     assert turn2.streams == {first2.stream}
+
+
+async def test_a_calls_segments_reach_the_engine_as_one_chain_and_a_clear_leaves_nothing_behind() -> None:
+    """Over gRPC with the tiny voice: each segment of a turn follows the one before it, the SSML break between two
+    is its gap, a turn after a barge-in starts its own chain, and the clear leaves no engine request behind."""
+    from protos.voxpool.v1 import tts_pb2 as pb
+    from tests.service.conftest import config_event, converse_and_clear, running_server, stub_for, text_event, \
+        wait_for
+
+    async with running_server() as server, stub_for(server.port) as stub:
+        submitted: list = []
+        submit = server.deps.engine.submit
+
+        def recording_submit(request):
+            submitted.append(request)
+            return submit(request)
+
+        server.deps.engine.submit = recording_submit
+        ssml = pb.TurnOptions(text_format=pb.TurnOptions.TextFormat.SSML)
+        events = await converse_and_clear(stub, [
+            config_event(),
+            pb.ClientEvent(text=pb.TextDelta(turn_id="s", text='<speak>您好，请稍候。<break time="300ms"/>'
+                                             '正在为您转接。</speak>', turn_options=ssml)),
+            pb.ClientEvent(flush=pb.Flush(turn_id="s")),
+            text_event("这是第一句。这是第二句，还有第三句。最后一句话。", turn_id="t"),
+        ], clear_when=lambda evs: any(e.HasField("turn_done") for e in evs)
+                      and sum(e.HasField("audio") and e.audio.turn_id == "t" for e in evs) >= 5)
+        await wait_for(lambda: server.engine.backend.live_count == 0)  # nothing submitted ahead is left running
+    assert any(e.HasField("cleared") and e.cleared.turn_id == "t" for e in events)
+    by_turn: dict[str, list] = {}
+    for request in submitted:
+        by_turn.setdefault(request.request_id.split("/")[1], []).append(request)
+    s_chain = by_turn["s"]
+    assert [r.options.follows for r in s_chain] == ["", *(r.request_id for r in s_chain[:-1])]
+    assert [r.options.gap_ms for r in s_chain][-1] == 300.0  # the break before 正在为您转接
+    t_chain = by_turn["t"]
+    assert len(t_chain) >= 2  # the rest of the turn was in the engine already when the clear came
+    assert all(r.options.follows == prev.request_id for prev, r in zip(t_chain, t_chain[1:]))
