@@ -7,7 +7,7 @@ import sys
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from voxpool_cli.commands import text_may_start_with_a_dash
+    from voxpool_cli.args import text_may_start_with_a_dash
 
     p.add_argument("text", help="the text (one that starts with a dash and no digit goes after `--`)")
     text_may_start_with_a_dash(p)

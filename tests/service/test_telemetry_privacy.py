@@ -127,7 +127,8 @@ async def drive_every_fault_path(server) -> dict[str, tuple]:
         runner.arm("decode", InjectedFault("injected decode failure"))
         engine_text = f"{PHONE}，{PHRASE}{CARD}。"  # not said before: no cache hit, the engine runs it
         out["engine"] = await converse(ts, config_event(), text_event(engine_text, "t-engine"), end_event())
-        out["invalid"] = await converse(ts, config_event(lexicon={f"{PHRASE}{CARD}": "bad"}), end_event())
+        out["invalid"] = await converse(ts, config_event(voice=f"{PHRASE}{CARD}"), end_event())
+        out["lexicon"] = await converse(ts, config_event(lexicon={f"{PHRASE}{CARD}": "bad"}), end_event())
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await ts.Normalize(pb.NormalizeRequest(text=SAY, lexicon={CARD: PHONE}), metadata=bearer(TOKEN))
         out["normalize"] = ([], err.value.code(), err.value.details())
@@ -168,6 +169,8 @@ async def test_planted_card_and_phone_numbers_reach_no_span_log_or_metric(tmp_pa
     assert [e.code for e in errors["ssml"]] == [pb.Error.INVALID_SSML]
     assert [(e.code, e.turn_id) for e in errors["engine"]] == [(pb.Error.SYNTHESIS_FAILED, "t-engine")]
     assert out["invalid"][1] == grpc.StatusCode.INVALID_ARGUMENT
+    assert out["lexicon"][1] == grpc.StatusCode.OK  # a bad lexicon entry is skipped with a warning naming it
+    assert any(w.code == "lexicon_entry_invalid" and CARD in w.message for w in in_band(out["lexicon"][0], "warning"))
     assert out["normalize"][1] == grpc.StatusCode.INVALID_ARGUMENT
     assert out["synthesize_too_long"][1] == grpc.StatusCode.INVALID_ARGUMENT
     assert out["rate"][1] == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -206,7 +209,7 @@ async def test_the_debug_setting_lets_logs_quote_caller_text_but_never_spans(tmp
         async with privacy_server(tmp_path, provider, telemetry={"log_caller_text": True}) as server:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
                 ts = tts_pb2_grpc.TtsStub(ch)
-                _, code, _ = await converse(ts, config_event(lexicon={f"{PHRASE}{CARD}": "bad"}), end_event())
+                _, code, _ = await converse(ts, config_event(voice=f"{PHRASE}{CARD}"), end_event())
                 long_digits = f"{PHRASE}是" + CARD * 12 + "。"
                 events, _, _ = await converse(ts, config_event(), text_event(long_digits, "t-norm"), end_event())
         assert code == grpc.StatusCode.INVALID_ARGUMENT and in_band(events, "error")
