@@ -7,10 +7,11 @@ import dataclasses
 import logging
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Mapping
 
 import numpy as np
 
+from engine.async_engine import EngineClient
 from engine.errors import EngineError
 from engine.request import AudioChunk, SynthesisOptions, SynthesisRequest
 from models.frontend.normalize import NormalizeOptions
@@ -20,9 +21,10 @@ from service import figures
 from service.call.outbox import Outbox
 from service.call.turn import Turn
 from service.call.words import SegmentWords
+from service.config import ServiceConfig
 from service.errors import TurnFailed, in_call
 from service.pacing import engine_deadline_margin_ms
-from service.session import SessionSettings
+from service.session import SessionSettings, VoiceEntry
 from service.ssml import SsmlSegment
 from service.timestamps import AlignmentCursor, WordTime
 
@@ -33,11 +35,11 @@ log = logging.getLogger(__name__)
 class CallDeps:
     """What every call shares: the engine, the frontend, a thread pool for it, the voices and the config."""
 
-    engine: Any  # engine.async_engine.AsyncEngine
+    engine: EngineClient  # the engine, or the audio cache in front of it
     frontend: MandarinFrontend
     executor: Executor
-    voices: Any  # Mapping[str, service.session.VoiceEntry]
-    cfg: Any  # service.config.ServiceConfig
+    voices: Mapping[str, VoiceEntry]
+    cfg: ServiceConfig
     clock: Callable[[], float] = field(default=None)  # type: ignore[assignment]
     telemetry: Any = None  # service.telemetry.Telemetry; None = no spans, metrics or end-of-call log
     _frontends: dict = field(default_factory=dict)

@@ -182,3 +182,23 @@ async def test_warming_stores_on_first_sighting_and_ids_are_unique() -> None:
         engine.submit(req("p", seed=2))
     await events_of(pending)
     assert await engine.drain(5.0)
+
+
+def test_the_engine_and_the_caching_engine_both_are_engine_clients() -> None:
+    """The edge types its engine as EngineClient: both implementations have every member, with the same kinds."""
+    import inspect
+
+    from engine.async_engine import AsyncEngine, EngineClient
+    from engine.cached_engine import CachingEngine
+
+    members = [n for n in vars(EngineClient) if not n.startswith("_")]
+    assert {"submit", "cancel", "start", "stop", "drain", "health", "counters", "backend"} <= set(members)
+    for cls in (AsyncEngine, CachingEngine):
+        for name in members:
+            want = getattr(EngineClient, name)
+            if isinstance(want, property):
+                assert hasattr(cls, name) or name in inspect.signature(cls.__init__).parameters, (cls.__name__, name)
+                continue
+            got = getattr(cls, name)
+            assert inspect.iscoroutinefunction(got) == inspect.iscoroutinefunction(want), (cls.__name__, name)
+            assert list(inspect.signature(got).parameters) == list(inspect.signature(want).parameters), (cls, name)
