@@ -183,7 +183,7 @@ class CallInput:
                                         delta.turn_id)
                 return
             turn = self.turns.new(delta.turn_id)
-            turn.options, turn.volume_db, turn.speaking_rate = options, checked["volume_db"], checked["speaking_rate"]
+            turn.set_options(options, checked["volume_db"], checked["speaking_rate"])
             if ssml:
                 turn.read_ssml(self._ssml_reader(turn, checked))
         elif options is not None and options != turn.options:

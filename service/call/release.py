@@ -105,7 +105,7 @@ class Release:
                 payload = fade_out_payload(frame.payload, self.s.encoding, self.s.sample_rate_hz, self.s.fade_ms)
                 keep.insert(0, OutFrame(payload, turn, turn.released_pos, fade_out=True))
                 turn.frame_queued()
-                turn.cleared_reply_pending = True
+                turn.fade_out_queued()
         for frame in keep:
             self.sender.push(frame)
         if keep and not self.turns.any_active():

@@ -126,7 +126,7 @@ class Synthesis:
         except EngineError as exc:
             seg_tel.end("failed")  # telemetry
             raise in_call(exc, repr(seg.text)) from None
-        turn.streams.add(stream)
+        turn.attach_stream(stream)
         seg_tel.submitted(request.request_id)  # telemetry
         return Prepared(seg, request.request_id, result, stream, seg_tel)
 
@@ -194,6 +194,6 @@ class Prepared:
         if self.closed:
             return
         self.closed = True
-        turn.streams.discard(self.stream)
+        turn.detach_stream(self.stream)
         self.stream.close()
         self.telemetry.end()  # telemetry

@@ -174,6 +174,22 @@ class Turn:
         self.released_pos = len(self.text)
         return True
 
+    def set_options(self, options: object, volume_db: float | None, speaking_rate: float | None) -> None:
+        """The TurnOptions of the delta that opened the turn, with its checked volume and speaking rate."""
+        self.options, self.volume_db, self.speaking_rate = options, volume_db, speaking_rate
+
+    def attach_stream(self, stream: object) -> None:
+        """An engine stream of this turn is in flight (stop_streams cancels it)."""
+        self.streams.add(stream)
+
+    def detach_stream(self, stream: object) -> None:
+        """An engine stream of this turn ended or was closed."""
+        self.streams.discard(stream)
+
+    def fade_out_queued(self) -> None:
+        """A barge-in queued the fade-out frame that ends this turn: `cleared` waits for its release."""
+        self.cleared_reply_pending = True
+
     def stop_streams(self) -> None:
         """Close its engine streams: each request is cancelled and its slot freed within one decoder step."""
         for stream in list(self.streams):

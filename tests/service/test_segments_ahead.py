@@ -23,7 +23,7 @@ class Prepared:
         self.segment, self.request_id, self.stream = seg, request_id, Stream()
 
     def close(self, turn: Turn) -> None:
-        turn.streams.discard(self.stream)
+        turn.detach_stream(self.stream)
         self.stream.close()
 
 
@@ -39,7 +39,7 @@ class FakeSynthesis:
         self.calls.append((seg.text, follows, gap_ms))
         await self.release.wait()
         prepared = Prepared(seg, f"req-{seg.text}")
-        turn.streams.add(prepared.stream)
+        turn.attach_stream(prepared.stream)
         return prepared
 
 
