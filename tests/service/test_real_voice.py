@@ -91,7 +91,9 @@ async def test_clear_reports_spoken_prefix_from_alignment(baker_server):
 
 
 async def test_hit_equals_fresh_synthesis_with_the_real_voice(baker_server):
-    request = pb.SynthesizeRequest(text="您好，欢迎致电客户服务中心。",
+    # one segment: with the int8 decoder a segment's audio depends on what shares its decoder batch (activations are
+    # quantized per call, docs/engine.md), and a text of two segments has the second in the engine beside the first
+    request = pb.SynthesizeRequest(text="欢迎致电客户服务中心。",
                                    audio=pb.AudioFormat(encoding=pb.AudioFormat.L16, sample_rate_hz=16000))
 
     async def audio() -> bytes:
