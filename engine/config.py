@@ -36,7 +36,7 @@ class EngineConfig:
     max_encode_per_iteration: int = 4  # newcomers encoded per iteration (bounds the stall of running streams)
     max_decode_batch: int = 0  # 0 = max_slots
     max_vocode_batch: int = 16  # chunks vocoded in one batched call
-    max_vocode_frames_per_iteration: int = 128  # mel frames vocoded per iteration (the most urgent chunk always goes)
+    max_vocode_frames_per_iteration: int = 256  # mel frames vocoded per iteration (the most urgent chunk always goes)
     prenet_dropout: bool = True  # Tacotron2 prenet dropout at inference (as trained); masks depend on (seed, step)
     decode_steps_per_iteration: int = 1  # fewest decoder steps per batched decode call (cancel is noticed between calls)
     max_decode_steps_per_iteration: int = 8  # catch-up: after a long iteration the decoder runs up to this many steps
