@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
-from bench.capacity import (capacity_summary, format_rows, format_summary, host_info, proc_cpu_s, proc_rss_mib,
+from bench.capacity import (busy_row, capacity_summary, format_rows, format_summary, host_info, proc_cpu_s, proc_rss_mib,
                             search_done, sustainable, thread_cpu_s, thread_shares)
 
 
@@ -39,7 +39,10 @@ def test_summary_ratios_come_from_the_sustainable_levels() -> None:
             _row(1, 1.0, 0.0, backend="naive"), _row(2, 1.0, 0.0, backend="naive"), _row(4, 0.5, 0.5, backend="naive"),
             {**_row(16, 1.0, 0.0), "path": "in-process"}]  # the in-process paced rows never size the pod
     rows[1]["ttfa_ms_p90"], rows[1]["cpu_s_per_audio_s"] = 240.0, 0.12
-    busy = {"x_realtime": 16.0, "cpu_s_per_audio_s": 0.1}
+    result = {"backend": "engine", "concurrency": 16, "x_realtime": 16.0, "cpu_s_per_audio_s": 0.1,
+              "chunks_on_time": 0.9, "ttfa_ms_p90": 900.0, "audio_s": 150.0}  # a bench.engine_load result row
+    busy = busy_row(result, "python -m bench.engine_load --concurrency 16")
+    assert busy["streams"] == 16 and busy["chunks_on_time"] == 0.9
     s = capacity_summary(rows, busy)
     assert s["backends"]["engine"] == {"sustainable_calls": 8, "levels_run": [1, 8, 12], "ttfa_ms_p90": 240.0,
                                        "cpu_s_per_audio_s": 0.12}
