@@ -1,4 +1,4 @@
-"""The capacity run of issue 13: gRPC calls paced for playback beside the in-process paced engine, one fixed command.
+"""The capacity run: gRPC calls paced for playback beside the in-process paced engine, one fixed command.
 
     python -m bench.capacity --json bench-results/capacity.json
 
@@ -407,10 +407,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(format_summary(summary, host))
     ship = summary["backends"].get("engine", {}).get("sustainable_calls")
-    if ship is not None:
+    if ship:
         print(f"ship for this host ({args.threads} torch threads): server.max_calls = engine.max_slots = {ship} "
-              f"(VOXPOOL__SERVER__MAX_CALLS={ship} VOXPOOL__ENGINE__MAX_SLOTS={ship})"
-              + ("; no level was sustainable: admit nothing here, or measure lower levels" if ship == 0 else ""))
+              f"(VOXPOOL__SERVER__MAX_CALLS={ship} VOXPOOL__ENGINE__MAX_SLOTS={ship})")
+    elif ship == 0:
+        print("ship for this host: no level was sustainable, so this run sizes nothing (measure lower levels)")
     report = {"command": " ".join(["python -m bench.capacity", *(argv if argv is not None else sys.argv[1:])]),
               "started_utc": started, "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "cpu_count": os.cpu_count(), "levels": levels, "duration_s": args.duration_s, "server_env": extra_env,
