@@ -53,7 +53,8 @@ bench: $(STAMP)
 	mkdir -p bench-results
 	$(PY) -m bench.grpc_load $(BENCH_ARGS)
 
-# The issue-13 capacity table: gRPC REALTIME calls (engine, naive) beside the in-process paced run (docs/benchmarks.md).
+# The capacity run: gRPC REALTIME calls (engine, naive), the in-process paced and always-busy runs, the sizing summary
+# and the server.max_calls to ship for this host (docs/benchmarks.md, docs/deploy.md).
 # About 20 minutes with the default 30 s per level; CAPACITY_ARGS="--duration-s 5 --levels 1,2" for a smoke run.
 CAPACITY_ARGS ?=
 capacity: $(STAMP)
