@@ -300,6 +300,11 @@ class FailoverConversation(Conversation):
                     t.clear_sent = True
             return await self._send(pb.ClientEvent(clear=pb.Clear(turn_id=turn_id)))
 
+    async def keepalive(self) -> float:
+        self._check_open()
+        async with self._write_lock:
+            return await self._send(pb.ClientEvent(keepalive=pb.Keepalive()))
+
     async def end(self) -> float:
         self._check_open()
         async with self._write_lock:

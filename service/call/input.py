@@ -51,7 +51,7 @@ async def refuse_after_writes(events: AsyncIterator[pb.ClientEvent]) -> None:
 
 
 class CallInput:
-    """Reads the client's events (text, flush, mark, clear, end) and applies each to the call's turns."""
+    """Reads the client's events (text, flush, mark, clear, keepalive, end) and applies each to the call's turns."""
 
     def __init__(self, turns: Turns, outbox: "Outbox", release: "Release", limits: LimitsConfig, max_delta_chars: int,
                  clock: Callable[[], float], telemetry: object, settings: SessionSettings | None = None):
@@ -76,11 +76,11 @@ class CallInput:
                 kind = event.WhichOneof("event")
                 if kind == "text":
                     await self.on_text(event.text)
-                elif kind in ("flush", "mark", "clear"):
+                elif kind in ("flush", "mark", "clear", "keepalive"):
                     if not self.control.take():
                         raise InvalidArgument(
-                            f"too many control messages: at most {self.limits.max_control_per_s:g} flush/mark/clear "
-                            "per second (bursts of twice that)"
+                            f"too many control messages: at most {self.limits.max_control_per_s:g} "
+                            "flush/mark/clear/keepalive per second (bursts of twice that)"
                         )
                     await getattr(self, f"on_{kind}")(getattr(event, kind))
                 elif kind == "end":
@@ -88,7 +88,8 @@ class CallInput:
                 elif kind == "config":
                     raise InvalidArgument("config may only be the first message of the stream")
                 else:
-                    raise InvalidArgument("empty ClientEvent: set one of config, text, flush, mark, clear, end")
+                    raise InvalidArgument(
+                        "empty ClientEvent: set one of config, text, flush, mark, clear, end, keepalive")
         except InvalidArgument:
             await refuse_after_writes(events)
             raise
@@ -193,6 +194,9 @@ class CallInput:
                                     turn.turn_id)
             return
         turn.add_mark(len(turn.text), msg.name)
+
+    async def on_keepalive(self, msg: pb.Keepalive) -> None:
+        """The client is still there: the idle timeout restarts (run() stamped last_event_s); nothing else."""
 
     async def on_clear(self, msg: pb.Clear) -> None:
         if msg.turn_id:
