@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clients.conversation import (
+    Audio,
     Cleared,
     ConversationClosed,
     Event,
@@ -19,6 +20,7 @@ from clients.conversation import (
     TurnDone,
     TurnError,
     VoxpoolError,
+    Words,
 )
 from clients.failover import TURN_ENDING_ERRORS
 from protos.voxpool.v1 import tts_pb2 as pb
@@ -91,6 +93,9 @@ class RollingConversation:
         self._legs: list[_Leg] = []  # delivery order: streams still finishing turns, then the current one
         self._next: _Leg | None = None
         self._turn_leg: dict[str, _Leg] = {}
+        # turns of a stream waiting behind a moved-from one that a Clear was sent for: their audio read ahead (not
+        # delivered yet, so never heard) is dropped
+        self._clearing: set[str] = set()
         self._wake = asyncio.Event()
         self._background: set[asyncio.Task] = set()
         self._ended = False
@@ -161,10 +166,14 @@ class RollingConversation:
         """Barge-in: a turn's stream, or (empty id) every stream still playing a turn, gets the Clear."""
         self._check_open()
         if turn_id:
+            if self._turn_leg.get(turn_id, self._legs[0]) is not self._legs[0]:
+                self._clearing.add(turn_id)
             return await self._turn_leg.get(turn_id, self._current).conv.clear(turn_id)
         targets = [leg for leg in self._legs if leg.busy and not leg.ending] or [self._current]
         sent_s = 0.0
         for leg in targets:
+            if leg is not self._legs[0]:
+                self._clearing.update(leg.live)
             sent_s = await leg.conv.clear("")
         return sent_s
 
@@ -216,6 +225,8 @@ class RollingConversation:
                         continue
                     self.cancel()
                     raise ev
+                if isinstance(ev, (Audio, Words)) and ev.turn_id in self._clearing:
+                    continue  # read ahead while it waited behind a moved-from stream, then cleared: never heard
                 self._account(leg, ev)
                 return ev
             if leg.closed:
@@ -245,6 +256,7 @@ class RollingConversation:
         ended = isinstance(ev, (TurnDone, Cleared)) or (isinstance(ev, TurnError) and ev.code in GONE_TURN_ERRORS)
         if not ended:
             return
+        self._clearing.discard(ev.turn_id)
         if ev.turn_id in leg.live:
             leg.live.discard(ev.turn_id)
             leg.open_turns.discard(ev.turn_id)

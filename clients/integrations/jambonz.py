@@ -131,6 +131,8 @@ class _Leg:
         elif kind == "stop":  # barge-in: stop every turn now; the socket stays open for the next say
             await self.session.clear("")
             self.turn_no += 1
+        elif kind == "keepalive":  # jambonz is still there: so is the caller; the Converse stream stays open
+            await self.session.keepalive()
 
 
 class JambonzGateway:
