@@ -100,6 +100,7 @@ class RollingConversation:
         self._background: set[asyncio.Task] = set()
         self._ended = False
         self._finished = False
+        self._must_move = False  # the config changed: the next new turn starts on a stream with the new one
         self.moves = 0
         self._start_leg(_Leg(conv, self._loop.time()))
         self._planner = asyncio.create_task(self._plan(), name="voxpool-rollover")
@@ -181,6 +182,21 @@ class RollingConversation:
         """The caller is still there: resets the current stream's idle timeout (the next one keeps itself)."""
         self._check_open()
         return await self._current.conv.keepalive()
+
+    async def reconfigure(self, config: pb.SessionConfig) -> None:
+        """Another session config (a voice change) from the next turn on: a stream with it is opened now, and the call
+        moves to it between turns, as before the session limit (the turn playing keeps its voice)."""
+        self._check_open()
+        self._config = config
+        self._drop_next()
+        conv = await self._client.converse(config=config)
+        if self._ended or self._finished:
+            conv.cancel()
+            return
+        self._drop_next()  # one opened by the planner meanwhile has the old config
+        self._next = _Leg(conv, self._loop.time())
+        self._must_move = True
+        self._move_if_idle()
 
     async def end(self) -> float:
         """No more input: every stream finishes its turns, then the iteration ends."""
@@ -306,10 +322,11 @@ class RollingConversation:
             if self._next is None:
                 open_at_s = cur.opened_s + limit_s - self._margin(limit_s)
                 await asyncio.sleep(max(0.0, open_at_s - self._loop.time()))
-                if self._ended or self._finished or cur is not self._current:
+                if self._ended or self._finished or cur is not self._current or self._next is not None:
                     continue
+                config = self._config
                 try:
-                    conv = await self._client.converse(config=self._config)
+                    conv = await self._client.converse(config=config)
                 except VoxpoolError as err:
                     log.warning("voxpool: the next stream did not open (%s); trying again", err)
                     await asyncio.sleep(min(REOPEN_PAUSE_S, self._margin(limit_s) / 4.0))
@@ -317,6 +334,9 @@ class RollingConversation:
                 if self._ended or self._finished:
                     conv.cancel()
                     return
+                if self._next is not None or config is not self._config:  # a reconfigure came first
+                    conv.cancel()
+                    continue
                 self._next = _Leg(conv, self._loop.time())
                 self._move_if_idle()
                 continue
@@ -344,7 +364,7 @@ class RollingConversation:
             return
         limit_s = self._limit_s(cur)
         force_at_s = cur.opened_s + limit_s - self._margin(limit_s) / 2.0
-        if cur.busy and self._loop.time() < force_at_s:
+        if cur.busy and self._loop.time() < force_at_s and not self._must_move:
             return
         self._switch()
         for turn_id in sorted(cur.open_turns):
@@ -358,6 +378,7 @@ class RollingConversation:
         """The next stream becomes the current one; the old one ends once its turns have."""
         nxt, self._next = self._next, None
         assert nxt is not None
+        self._must_move = False
         old = self._current
         nxt.events.append(StreamMoved(old.started.session_id, nxt.started.session_id, nxt.started,
                                       time.perf_counter()))

@@ -15,6 +15,7 @@ from clients.client import (
     Cleared,
     InvalidRequest,
     ServerBusy,
+    ServerWarning,
     TurnDone,
     TurnError,
     VoxpoolClient,
@@ -110,6 +111,8 @@ class _Leg:
         if isinstance(ev, Audio):
             if not ev.silence or self.cfg.pacing == "REALTIME":
                 await self.ws.send_bytes(ev.payload)
+        elif isinstance(ev, ServerWarning):  # the turn goes on; jambonz's protocol has no warning message
+            log.warning("jambonz leg, voxpool turn %s: %s: %s", ev.turn_id, ev.code, ev.message)
         elif isinstance(ev, TurnError):
             await self.send_error(f"voxpool turn failed: {ev.code}: {ev.message}")
         elif isinstance(ev, StreamBroken):

@@ -149,13 +149,18 @@ class VoxpoolSession:
             self._reader = asyncio.create_task(self._read(conv), name="voxpool-session-reader")
             return conv.started
 
-    async def send_text(self, turn_id: str, text: str) -> None:
-        """Append text to a turn (opening the stream if needed); places a word mark at a word break."""
+    async def send_text(self, turn_id: str, text: str, options: pb.TurnOptions | None = None) -> None:
+        """Append text to a turn (opening the stream if needed); places a word mark at a word break. `options` (rate,
+        volume, format: clients.client.turn_options) are sent with the delta that opens the turn, ignored after."""
         if not text:
             return
         await self.open()
+        new = turn_id not in self._turns
         turn = self._turns.setdefault(turn_id, _Turn())
-        await self._guard(self._live().send_text(text, turn_id))
+        if new and options is not None:
+            await self._guard(self._live().send_text(text, turn_id, options=options))
+        else:
+            await self._guard(self._live().send_text(text, turn_id))
         turn.heard.add_text(text)
         if self.word_marks and not self._server_words and text[-1] in BREAK_CHARS:
             await self._mark(turn_id, turn)
@@ -176,6 +181,14 @@ class VoxpoolSession:
         if turn_id and turn_id not in self._turns:
             return
         await self._guard(self._conv.clear(turn_id))
+
+    async def reconfigure(self, config: pb.SessionConfig) -> None:
+        """Another session config (a voice change) from the next turn on; the playing turn keeps the old one."""
+        self.config = pb.SessionConfig()
+        self.config.CopyFrom(config)
+        self.config.word_timestamps = True
+        if self._conv is not None:
+            await self._guard(self._conv.reconfigure(self.config))
 
     async def keepalive(self) -> None:
         """The caller is still there: keeps an open stream from its idle timeout (opens none)."""
