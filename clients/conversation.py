@@ -360,8 +360,8 @@ def text_spans(spans: Sequence[tuple[int, int, str]] | None) -> list[pb.TextSpan
 class Conversation:
     """One Converse stream (one call leg). Obtain it from `VoxpoolClient.converse()`.
 
-    Send with `send_text`, `flush`, `mark`, `clear`, `end` (each returns time.perf_counter() right after the
-    message was handed to gRPC); read the server's events with `async for event in conversation` (typed
+    Send with `send_text`, `flush`, `mark`, `clear`, `keepalive`, `end` (each returns time.perf_counter() right
+    after the message was handed to gRPC); read the server's events with `async for event in conversation` (typed
     records: Audio, TurnDone, MarkReached, Cleared, ServerWarning, TurnError, Words). The iteration ends when the
     server closes the stream with OK (after `end()`, once every turn drained) and raises VoxpoolError on any
     other status. Reading and sending may happen in different tasks. `started` is the SessionStarted record.
@@ -419,6 +419,11 @@ class Conversation:
     async def clear(self, turn_id: str = "") -> float:
         """Barge-in: stop a turn (empty: every turn) now; answered by Cleared."""
         return await self._write(pb.ClientEvent(clear=pb.Clear(turn_id=turn_id)))
+
+    async def keepalive(self) -> float:
+        """The caller is still there (nothing to say yet): resets the stream's idle timeout, starts no turn.
+        Counted against Limits.max_control_per_s; one per few seconds keeps a stream open."""
+        return await self._write(pb.ClientEvent(keepalive=pb.Keepalive()))
 
     async def end(self) -> float:
         """No more input: the server drains every turn, then closes the stream with OK."""

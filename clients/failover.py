@@ -401,6 +401,11 @@ class FailoverConversation(Conversation):
                 return time.perf_counter()  # nothing for the server to clear
             return await self._send(pb.ClientEvent(clear=pb.Clear(turn_id=turn_id)))
 
+    async def keepalive(self) -> float:
+        self._check_open()
+        async with self._write_lock:
+            return await self._send(pb.ClientEvent(keepalive=pb.Keepalive()))
+
     async def end(self) -> float:
         self._check_open()
         async with self._write_lock:

@@ -30,7 +30,7 @@ class ServerConfig:
     port: int = 50051
     max_calls: int = 32  # concurrent Converse/Synthesize calls admitted; beyond: RESOURCE_EXHAUSTED
     retry_after_ms: int = 500  # pushback sent with RESOURCE_EXHAUSTED (jittered ±50 %)
-    drain_grace_s: float = 300.0  # SIGTERM: how long in-flight calls may take to finish
+    drain_grace_s: float = 14_400.0  # SIGTERM: how long in-flight calls may take to finish (= max_session_s)
     max_receive_message_bytes: int = 65_536
     max_send_message_bytes: int = 262_144
     max_concurrent_streams: int = 128  # per HTTP/2 connection
@@ -39,7 +39,7 @@ class ServerConfig:
     min_recv_ping_interval_ms: int = 10_000
     max_connection_idle_ms: int = 300_000
     max_connection_age_ms: int = 1_800_000
-    max_connection_age_grace_ms: int = 330_000
+    max_connection_age_grace_ms: int = 14_430_000
     max_metadata_bytes: int = 8_192  # request headers (bearer token included); larger ones are refused
     reflection: bool = True  # gRPC reflection on the serving port
     admin_port: int = 0  # plaintext port with health + reflection only (probes when the main port is mTLS); 0 = none
@@ -55,11 +55,11 @@ class LimitsConfig:
     max_delta_chars: int = 2_000  # characters in one text delta
     max_buffered_chars: int = 10_000  # text waiting to be synthesized in a call
     max_synthesize_chars: int = 5_000  # text of one Synthesize request
-    max_session_s: float = 300.0  # a Converse stream ends with DEADLINE_EXCEEDED after this
-    idle_timeout_s: float = 30.0  # no client event while nothing plays: the call ends OK
+    max_session_s: float = 14_400.0  # 4 h, a long contact-center call; then the stream ends DEADLINE_EXCEEDED
+    idle_timeout_s: float = 30.0  # no client event (keepalive counts) while nothing plays: the call ends OK
     text_idle_flush_ms: int = 600  # buffered text with no closing punctuation is synthesized after this
     max_marks_per_turn: int = 1_000
-    max_control_per_s: float = 50.0  # flush/mark/clear messages per second (token bucket, burst 2×)
+    max_control_per_s: float = 50.0  # flush/mark/clear/keepalive messages per second (token bucket, burst 2×)
     max_lookahead_ms: int = 2_000  # audio synthesized ahead of playback before the engine stream pauses
     stall_timeout_s: float = 10.0  # a client that does not read for this long is dropped
 

@@ -15,6 +15,7 @@ from clients.client import (
     Cleared,
     InvalidRequest,
     ServerBusy,
+    ServerWarning,
     TurnDone,
     TurnError,
     VoxpoolClient,
@@ -111,6 +112,8 @@ class _Leg:
         if isinstance(ev, Audio):
             if not ev.silence or self.cfg.pacing == "REALTIME":
                 await self.ws.send_bytes(ev.payload)
+        elif isinstance(ev, ServerWarning):  # the turn goes on; jambonz's protocol has no warning message
+            log.warning("jambonz leg, voxpool turn %s: %s: %s", ev.turn_id, ev.code, ev.message)
         elif isinstance(ev, TurnError):
             await self.send_error(f"voxpool turn failed: {ev.code}: {ev.message}")
         elif isinstance(ev, StreamBroken):
@@ -132,6 +135,8 @@ class _Leg:
         elif kind == "stop":  # barge-in: stop every turn now; the socket stays open for the next say
             await self.session.clear("")
             self.turn_no += 1
+        elif kind == "keepalive":  # jambonz is still there: so is the caller; the Converse stream stays open
+            await self.session.keepalive()
 
 
 class JambonzGateway:

@@ -7,13 +7,14 @@ import logging
 import uuid
 
 from livekit.agents import tts
-from livekit.agents import APIConnectionError, APIError, APIStatusError
+from livekit.agents import APIConnectionError, APIError, APIStatusError, APITimeoutError
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, APIConnectOptions, TimedString
 
 from clients.client import (
     Audio,
     Cleared,
     InvalidRequest,
+    ServerWarning,
     ServerBusy,
     TurnDone,
     TurnError,
@@ -96,6 +97,9 @@ class VoxpoolTTS(tts.TTS):
         self._routes.pop(turn_id, None)
 
     async def _route(self, ev: SessionEvent) -> None:
+        if isinstance(ev, ServerWarning):  # the turn goes on (an SSML element ignored, a reading adjusted)
+            log.warning("voxpool turn %s: %s: %s", ev.turn_id, ev.code, ev.message)
+            return
         if isinstance(ev, StreamBroken):
             for q in self._routes.values():
                 q.put_nowait(ev)
@@ -163,12 +167,6 @@ class VoxpoolSynthesizeStream(tts.SynthesizeStream):
         self._vtts = tts
         self.turn_id = ""
 
-    def push_text(self, token: str) -> None:
-        if self._input_ch.closed:
-            raise RuntimeError("push_text() after end_input() or aclose(): this stream is finished; "
-                               "open a new one with tts.stream()")
-        super().push_text(token)
-
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
         self.turn_id = f"lk-{uuid.uuid4().hex[:12]}"
         session = self._vtts.shared_session()
@@ -178,13 +176,27 @@ class VoxpoolSynthesizeStream(tts.SynthesizeStream):
         sent_text = asyncio.Event()
         input_done = asyncio.Event()
         finished = False
+        loop = asyncio.get_running_loop()
+        timeout_s = self._conn_options.timeout
+        # conn_options.timeout bounds each wait on voxpool: a send (the stream's opening included), and the next
+        # event while voxpool owes one (text sent since its last event, or the turn flushed)
+        last_sent_s, last_event_s, flushed = 0.0, 0.0, False
+
+        async def bounded(op) -> None:
+            nonlocal last_sent_s
+            try:
+                await asyncio.wait_for(op, timeout_s)
+            except asyncio.TimeoutError:
+                raise APITimeoutError(f"voxpool did not take the text within {timeout_s:g} s "
+                                      "(conn_options.timeout)") from None
+            last_sent_s = loop.time()
 
         async def send() -> None:
-            flushed = False
+            nonlocal flushed
             async for data in self._input_ch:
                 if isinstance(data, self._FlushSentinel):
                     if sent_text.is_set() and not flushed:
-                        await session.flush(self.turn_id)
+                        await bounded(session.flush(self.turn_id))
                         flushed = True
                     continue
                 if flushed:
@@ -192,14 +204,29 @@ class VoxpoolSynthesizeStream(tts.SynthesizeStream):
                 if not sent_text.is_set():
                     output_emitter.start_segment(segment_id=self.turn_id)
                     self._mark_started()
-                await session.send_text(self.turn_id, data)
+                await bounded(session.send_text(self.turn_id, data))
                 sent_text.set()
             input_done.set()
 
+        async def next_event() -> SessionEvent:
+            nonlocal last_event_s
+            while True:
+                owed = flushed or last_sent_s > last_event_s
+                wait_s = max(last_sent_s, last_event_s) + timeout_s - loop.time() if owed else timeout_s
+                if wait_s <= 0:
+                    raise APITimeoutError(f"voxpool sent nothing for {timeout_s:g} s (conn_options.timeout)")
+                try:
+                    ev = await asyncio.wait_for(events.get(), wait_s)
+                except asyncio.TimeoutError:
+                    continue  # more text may have been sent meanwhile: wait from then
+                last_event_s = loop.time()
+                return ev
+
         async def receive() -> None:
             nonlocal finished
+            await sent_text.wait()
             while True:
-                ev = await events.get()
+                ev = await next_event()
                 if isinstance(ev, Audio):
                     if not ev.silence:
                         output_emitter.push(ev.payload)
@@ -220,8 +247,13 @@ class VoxpoolSynthesizeStream(tts.SynthesizeStream):
         send_task = asyncio.create_task(send())
         recv_task = asyncio.create_task(receive())
         try:
+            # a timeout or a broken stream on the receiving side ends the attempt even while text is still coming
+            done, _ = await asyncio.wait({send_task, recv_task}, return_when=asyncio.FIRST_COMPLETED)
+            if recv_task in done:
+                recv_task.result()
+                return
             try:
-                await send_task
+                send_task.result()
             except VoxpoolError as err:
                 raise api_error(err) from err
             if not sent_text.is_set():

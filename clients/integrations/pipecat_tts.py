@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+from loguru import logger
 
 from pipecat.frames.frames import (
     CancelFrame,
@@ -17,15 +20,18 @@ from pipecat.frames.frames import (
 )
 from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TextAggregationMode, TTSService
+from pipecat.utils.types import NOT_GIVEN, NotGiven
 
 from clients.client import (
     Audio,
     Cleared,
+    ServerWarning,
     TurnDone,
     TurnError,
     VoxpoolClient,
     VoxpoolError,
     session_config,
+    turn_options,
 )
 from clients.integrations.session import SessionEvent, StreamBroken, TurnWords, VoxpoolSession
 from protos.voxpool.v1 import wire
@@ -43,6 +49,19 @@ class HeardText:
     dropped_audio_ms: int
 
 
+@dataclass
+class VoxpoolTTSSettings(TTSSettings):
+    """Runtime settings (``TTSUpdateSettingsFrame(delta=VoxpoolTTSService.Settings(...))``), each from the next turn.
+
+    Parameters:
+        speaking_rate: 0.5-2.0, 1.0 = the voice's natural rate; ``None``: the natural rate.
+        volume_db: output gain in dB, -40 to +12; ``None``: the voice's natural level.
+    """
+
+    speaking_rate: float | None | NotGiven = field(default_factory=lambda: NOT_GIVEN)
+    volume_db: float | None | NotGiven = field(default_factory=lambda: NOT_GIVEN)
+
+
 class VoxpoolTTSService(TTSService):
     """Pipecat TTS service speaking through a voxpool server over gRPC.
 
@@ -53,19 +72,29 @@ class VoxpoolTTSService(TTSService):
     pipeline's output rate (any rate in protos.voxpool.v1.wire.SAMPLE_RATES_HZ, 8 to 48 kHz), released ASAP:
     Pipecat's output transport paces playback.
 
+    Settings (``settings=VoxpoolTTSService.Settings(...)``, or a ``TTSUpdateSettingsFrame`` at run time): ``voice``,
+    ``speaking_rate``, ``volume_db``; a change applies from the next turn (a new voice moves the call to a stream
+    with it between turns). Server warnings (an SSML element ignored, a reading adjusted) go to Pipecat's log.
+
     Events: ``on_turn_cleared(service, HeardText)`` after an interruption, with the text voxpool played.
     """
+
+    Settings = VoxpoolTTSSettings
+    _settings: VoxpoolTTSSettings
 
     def __init__(self, *, target: str = "localhost:50051", voice: str = "", client: VoxpoolClient | None = None,
                  sample_rate: int | None = None, pacing: str = "ASAP", lexicon: dict[str, str] | None = None,
                  text_aggregation_mode: TextAggregationMode = TextAggregationMode.TOKEN,
-                 stop_frame_timeout_s: float = 10.0, **kwargs):
+                 stop_frame_timeout_s: float = 10.0, settings: VoxpoolTTSSettings | None = None, **kwargs):
+        store = VoxpoolTTSSettings(model=None, voice=voice or None, language=None, speaking_rate=None, volume_db=None)
+        if settings is not None:
+            store.apply_update(settings)
         # voxpool ends every turn with TurnDone (or Cleared / an error), so the base class's "context went quiet"
         # timeout only guards a stalled server: longer than Pipecat's default so a slow first chunk is not cut off.
         super().__init__(
             text_aggregation_mode=text_aggregation_mode,
             stop_frame_timeout_s=stop_frame_timeout_s,
-            settings=TTSSettings(model=None, voice=voice or None, language=None),
+            settings=store,
             push_text_frames=False,
             push_start_frame=True,
             push_stop_frames=False,
@@ -73,7 +102,6 @@ class VoxpoolTTSService(TTSService):
             **kwargs,
         )
         self._target = target
-        self._voice = voice
         self._own_client = client is None
         self._client = client
         self._pacing = pacing
@@ -106,9 +134,7 @@ class VoxpoolTTSService(TTSService):
         if self._client is None:
             # VoxpoolSession reopens a broken stream itself (StreamBroken → ErrorFrame): no library failover
             self._client = VoxpoolClient(self._target, service_config="", failover=False)
-        frame_ms = wire.fitting_frame_ms(self.sample_rate)
-        cfg = session_config(self._voice, "L16", self.sample_rate, frame_ms, self._pacing, lexicon=self._lexicon)
-        self._session = VoxpoolSession(self._client, cfg, self._on_session_event)
+        self._session = VoxpoolSession(self._client, self._session_config(), self._on_session_event)
         try:
             await self._session.open()
             await self._call_event_handler("on_connected")
@@ -116,6 +142,29 @@ class VoxpoolTTSService(TTSService):
             await self.push_error(error_msg=f"voxpool: cannot open a stream to {self._client.target}: {err}",
                                   exception=err)
             await self._call_event_handler("on_connection_error", str(err))
+
+    def _session_config(self):
+        return session_config(self._settings.voice or "", "L16", self.sample_rate,
+                              wire.fitting_frame_ms(self.sample_rate), self._pacing, lexicon=self._lexicon)
+
+    def _turn_options(self):
+        """The current rate and volume, sent with each turn's first text (None when both are the voice's own)."""
+        rate, volume = self._settings.speaking_rate, self._settings.volume_db
+        if rate is None and volume is None:
+            return None
+        return turn_options("PLAIN", speaking_rate=rate, volume_db=volume)
+
+    async def _update_settings(self, delta: TTSSettings) -> dict[str, Any]:
+        """Rate and volume go with the next turn's first text; a new voice needs a stream with it, opened now and
+        used from the next turn (the turn playing finishes in the old voice)."""
+        changed = await super()._update_settings(delta)
+        if "voice" in changed and self._session is not None:
+            try:
+                await self._session.reconfigure(self._session_config())
+            except VoxpoolError as err:  # the session keeps the new config: the next turn opens a stream with it
+                await self.push_error(error_msg=f"voxpool: cannot open a stream with voice "
+                                                f"{self._settings.voice!r} yet: {err}", exception=err)
+        return changed
 
     async def stop(self, frame: EndFrame):
         await super().stop(frame)
@@ -139,7 +188,7 @@ class VoxpoolTTSService(TTSService):
             yield ErrorFrame(error="voxpool TTS used before the pipeline started (no StartFrame reached it)")
             return
         try:
-            await self._session.send_text(context_id, text)
+            await self._session.send_text(context_id, text, self._turn_options())
             await self.start_tts_usage_metrics(text)
         except VoxpoolError as err:
             yield ErrorFrame(error=f"voxpool: turn {context_id} failed, the next turn reconnects: {err}")
@@ -182,6 +231,8 @@ class VoxpoolTTSService(TTSService):
             heard = HeardText(ev.turn_id, ev.text_spoken, ev.text_remaining, ev.dropped_audio_ms)
             self.heard[ev.turn_id] = heard
             await self._call_event_handler("on_turn_cleared", heard)
+        elif isinstance(ev, ServerWarning):  # the turn goes on: a log line, as Pipecat's own services do
+            logger.warning(f"{self}: voxpool turn {ev.turn_id}: {ev.code}: {ev.message}")
         elif isinstance(ev, TurnError):
             await self.push_error(error_msg=f"voxpool turn {ev.turn_id}: {ev.code}: {ev.message}")
             await self._end_context(ev.turn_id)

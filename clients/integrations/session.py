@@ -1,4 +1,5 @@
-"""One reconnecting Converse stream shared by the framework adapters: text in, typed events out, word timings."""
+"""One reconnecting Converse call shared by the framework adapters: text in, typed events out, word timings; a call
+longer than the server's session limit moves to a fresh stream between turns (clients/rollover.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import grpc
 from clients.client import (
     Audio,
     Cleared,
-    Conversation,
     Event,
     MarkReached,
     Started,
@@ -25,6 +25,7 @@ from clients.client import (
     Words,
 )
 from clients.heard import HeardTurn
+from clients.rollover import RollingConversation, StreamMoved
 from protos.voxpool.v1 import tts_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ class StreamBroken:
     turn_ids: tuple[str, ...]
 
 
-SessionEvent = Union[Event, TurnWords, StreamBroken]
+SessionEvent = Union[Event, TurnWords, StreamBroken, StreamMoved]
 Handler = Callable[[SessionEvent], Awaitable[None]]
 
 
@@ -104,11 +105,13 @@ class VoxpoolSession:
     """A Converse stream opened on first use and reopened after it breaks (one per conversation).
 
     `handler` gets every server event (client records), `TurnWords` (word timings: the server's WordTimestamps
-    when it sends them, else derived from marks placed at word breaks as text arrives) and `StreamBroken`.
+    when it sends them, else derived from marks placed at word breaks as text arrives), `StreamMoved` (the call
+    went on on a fresh stream before the session limit; `move_margin_s`: how long before it the next stream is
+    opened, None = clients.rollover.move_margin_s) and `StreamBroken`.
     """
 
     def __init__(self, client: VoxpoolClient, config: pb.SessionConfig, handler: Handler, *,
-                 word_marks: bool = True, open_timeout_s: float = 10.0):
+                 word_marks: bool = True, open_timeout_s: float = 10.0, move_margin_s: float | None = None):
         self.client = client
         self.config = pb.SessionConfig()
         self.config.CopyFrom(config)
@@ -116,14 +119,16 @@ class VoxpoolSession:
         self.handler = handler
         self.word_marks = word_marks
         self.open_timeout_s = open_timeout_s
+        self.move_margin_s = move_margin_s
         self.started: Started | None = None
-        self._conv: Conversation | None = None
+        self._conv: RollingConversation | None = None
         self._reader: asyncio.Task | None = None
         self._turns: dict[str, _Turn] = {}
         self._server_words = False  # the server sends WordTimestamps: marks are not needed
         self._bucket: _Bucket | None = None
         self._lock = asyncio.Lock()
-        self.streams_opened = 0
+        self.streams_opened = 0  # calls opened (the first stream, and again after a break or an idle end)
+        self.stream_moves = 0  # moves to a fresh stream before the session limit, over every call
 
     @property
     def is_open(self) -> bool:
@@ -134,7 +139,8 @@ class VoxpoolSession:
         async with self._lock:
             if self._conv is not None and self.started is not None:
                 return self.started
-            conv = await asyncio.wait_for(self.client.converse(config=self.config), self.open_timeout_s)
+            conv = await asyncio.wait_for(
+                RollingConversation.open(self.client, self.config, margin_s=self.move_margin_s), self.open_timeout_s)
             self._conv = conv
             self.started = conv.started
             self.streams_opened += 1
@@ -143,13 +149,18 @@ class VoxpoolSession:
             self._reader = asyncio.create_task(self._read(conv), name="voxpool-session-reader")
             return conv.started
 
-    async def send_text(self, turn_id: str, text: str) -> None:
-        """Append text to a turn (opening the stream if needed); places a word mark at a word break."""
+    async def send_text(self, turn_id: str, text: str, options: pb.TurnOptions | None = None) -> None:
+        """Append text to a turn (opening the stream if needed); places a word mark at a word break. `options` (rate,
+        volume, format: clients.client.turn_options) are sent with the delta that opens the turn, ignored after."""
         if not text:
             return
         await self.open()
+        new = turn_id not in self._turns
         turn = self._turns.setdefault(turn_id, _Turn())
-        await self._guard(self._live().send_text(text, turn_id))
+        if new and options is not None:
+            await self._guard(self._live().send_text(text, turn_id, options=options))
+        else:
+            await self._guard(self._live().send_text(text, turn_id))
         turn.heard.add_text(text)
         if self.word_marks and not self._server_words and text[-1] in BREAK_CHARS:
             await self._mark(turn_id, turn)
@@ -170,6 +181,19 @@ class VoxpoolSession:
         if turn_id and turn_id not in self._turns:
             return
         await self._guard(self._conv.clear(turn_id))
+
+    async def reconfigure(self, config: pb.SessionConfig) -> None:
+        """Another session config (a voice change) from the next turn on; the playing turn keeps the old one."""
+        self.config = pb.SessionConfig()
+        self.config.CopyFrom(config)
+        self.config.word_timestamps = True
+        if self._conv is not None:
+            await self._guard(self._conv.reconfigure(self.config))
+
+    async def keepalive(self) -> None:
+        """The caller is still there: keeps an open stream from its idle timeout (opens none)."""
+        if self._conv is not None:
+            await self._guard(self._conv.keepalive())
 
     def has_turn(self, turn_id: str) -> bool:
         return turn_id in self._turns and not self._turns[turn_id].done
@@ -200,7 +224,7 @@ class VoxpoolSession:
             await self._drop_stream()
             raise VoxpoolError(grpc.StatusCode.UNAVAILABLE, f"voxpool stream closed: {exc}") from exc
 
-    def _live(self) -> Conversation:
+    def _live(self) -> RollingConversation:
         """The open stream; the reader may have dropped it while a send was awaited (the stream broke)."""
         conv = self._conv
         if conv is None:
@@ -225,9 +249,12 @@ class VoxpoolSession:
         turn.mark_start_char = end
         await self._guard(self._live().mark(name, turn_id))
 
-    async def _read(self, conv: Conversation) -> None:
+    async def _read(self, conv: RollingConversation) -> None:
         try:
             async for ev in conv:
+                if isinstance(ev, StreamMoved):
+                    self.stream_moves += 1
+                    self.started = ev.started
                 await self._route(ev)
         except VoxpoolError as err:
             if self._conv is conv:

@@ -90,7 +90,7 @@ async def refuse_after_writes(events: AsyncIterator[pb.ClientEvent]) -> None:
 
 
 class CallInput:
-    """Reads the client's events (text, flush, mark, clear, end) and applies each to the call's turns."""
+    """Reads the client's events (text, flush, mark, clear, keepalive, end) and applies each to the call's turns."""
 
     def __init__(self, turns: Turns, outbox: "Outbox", release: "Release", limits: LimitsConfig, max_delta_chars: int,
                  clock: Callable[[], float], telemetry: object, settings: SessionSettings | None = None):
@@ -120,7 +120,7 @@ class CallInput:
                 elif kind == "config":
                     raise InvalidArgument("config may only be the first message of the stream")
                 elif kind is None:
-                    raise InvalidArgument("empty ClientEvent: set one of config, text, flush, mark, clear, end")
+                    raise InvalidArgument("empty ClientEvent: set one of config, text, flush, mark, clear, end, keepalive")
                 else:  # a control event: flush, mark, clear, and every kind added beside them
                     msg = getattr(event, kind)
                     if not self.control.admit():
@@ -241,6 +241,9 @@ class CallInput:
                                     turn.turn_id)
             return
         turn.add_mark(len(turn.text), msg.name)
+
+    async def on_keepalive(self, msg: pb.Keepalive) -> None:
+        """The client is still there: the idle timeout restarts (run() stamped last_event_s); nothing else."""
 
     async def on_clear(self, msg: pb.Clear) -> None:
         if msg.turn_id:

@@ -137,4 +137,4 @@ def test_env_overrides_apply_on_top_of_the_file(slots):
     assert cfg.server.max_calls == int(slots)
     assert EngineConfig.from_dict(cfg.engine).max_slots == int(slots)
     assert cfg.engine["device"] == "cuda"
-    assert cfg.server.drain_grace_s == 300.0  # the rest of the file still applies
+    assert cfg.server.drain_grace_s == 14400.0  # the rest of the file still applies

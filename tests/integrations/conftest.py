@@ -30,12 +30,15 @@ def target(server) -> str:
 
 
 class TcpProxy:
-    """Loopback TCP proxy to a port; `sever()` drops every open connection (a broken network path)."""
+    """Loopback TCP proxy to a port; `sever()` drops every open connection (a broken network path), `freeze()` holds
+    every byte in both directions until `thaw()` (a stalled server: the connection stays up, nothing comes back)."""
 
     def __init__(self, upstream_port: int):
         self.upstream_port = upstream_port
         self._server: asyncio.base_events.Server | None = None
         self._writers: list[asyncio.StreamWriter] = []
+        self._flowing = asyncio.Event()
+        self._flowing.set()
         self.connections = 0
 
     @property
@@ -52,6 +55,12 @@ class TcpProxy:
         self._server.close()
         await self._server.wait_closed()
 
+    def freeze(self) -> None:
+        self._flowing.clear()
+
+    def thaw(self) -> None:
+        self._flowing.set()
+
     def sever(self) -> None:
         for w in self._writers:
             w.transport.abort()
@@ -65,6 +74,7 @@ class TcpProxy:
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             try:
                 while data := await src.read(65536):
+                    await self._flowing.wait()
                     dst.write(data)
                     await dst.drain()
             except (ConnectionError, OSError):

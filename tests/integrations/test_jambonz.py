@@ -159,6 +159,29 @@ async def test_silent_client_is_closed_after_the_idle_timeout(vox_server):
         await no_calls(vox_server)
 
 
+async def test_jambonz_keepalives_keep_the_voxpool_stream_and_silence_lets_it_go():
+    """voxpool ends a stream idle for its idle timeout; jambonz's keepalives reach it and hold the stream (the next
+    text needs no reopen), while a silent socket (inside the gateway's own, longer timeout) lets it end."""
+    from tests.service.conftest import running_server
+
+    async with running_server(limits={"idle_timeout_s": 1.5}) as server:
+        opened = []
+        acquire = server.admission.acquire
+        server.admission.acquire = lambda *a, **kw: (opened.append(1), acquire(*a, **kw))[1]
+        async with gateway(target(server), idle_timeout_s=60.0) as (gw, port):
+            async with connect(ws_url(port), additional_headers=AUTH) as ws:
+                await asyncio.wait_for(ws.recv(), WAIT_S)
+                for _ in range(40):  # 4 s of keepalives: more than twice voxpool's idle timeout
+                    await ws.send(json.dumps({"type": "keepalive"}))
+                    await asyncio.sleep(0.1)
+                assert server.admission.active == 1 and len(opened) == 1
+                await no_calls(server)  # silence: voxpool ends the idle stream, the socket stays open
+                await ws.send(json.dumps({"type": "stream", "text": "好的。"}))
+                await ws.send(json.dumps({"type": "flush"}))
+                assert await read_audio(ws)
+                assert len(opened) == 2  # the text after the silence needed a new stream
+
+
 async def test_wrong_key_or_rate_is_refused_before_the_upgrade(vox_server):
     async with gateway(target(vox_server)) as (gw, port):
         with pytest.raises(InvalidStatus) as bad_key:

@@ -10,7 +10,7 @@ from tests.integrations.conftest import TcpProxy, require, target
 
 require("livekit.agents")
 
-from livekit.agents import APIConnectionError, APIConnectOptions, tts  # noqa: E402
+from livekit.agents import APIConnectionError, APIConnectOptions, APITimeoutError, tts  # noqa: E402
 from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT  # noqa: E402
 
 from clients.integrations.livekit_tts import VoxpoolTTS  # noqa: E402
@@ -94,16 +94,82 @@ async def test_any_offered_rate_streams_and_synthesizes(vox_server, rate_hz):
     assert frame.sample_rate == rate_hz and streamed > rate_hz // 2 and frame.samples_per_channel > rate_hz // 2
 
 
-async def test_push_after_end_input_raises_with_a_message(vox_server):
+async def test_push_after_end_input_is_ignored_as_the_base_class_does(vox_server):
     engine = VoxpoolTTS(target=target(vox_server), sample_rate=RATE_HZ)
-    stream = engine.stream(conn_options=NO_RETRY)
-    stream.push_text("您好。")
-    stream.end_input()
-    with pytest.raises(RuntimeError, match="after end_input"):
-        stream.push_text("还有")
-    await asyncio.wait_for(collect(stream), WAIT_S)
-    await stream.aclose()
-    await engine.aclose()
+    try:
+        stream = engine.stream(conn_options=NO_RETRY)
+        stream.push_text("您好。")
+        stream.end_input()
+        stream.push_text("还有")  # the base class drops text after end_input; so does this stream (no raise)
+        stream.flush()
+        events = await asyncio.wait_for(collect(stream), WAIT_S)
+        await stream.aclose()
+    finally:
+        await engine.aclose()
+    assert events and "".join(transcript(events)) == "您好。"
+
+
+async def test_a_stalled_server_raises_api_timeout_error_after_the_base_class_retries(vox_server):
+    """conn_options.timeout bounds the wait for voxpool: each attempt ends with APITimeoutError, the base class
+    retries it (recoverable errors), and the last one reaches the caller."""
+    async with TcpProxy(vox_server.port) as proxy:
+        engine = VoxpoolTTS(target=proxy.target, sample_rate=RATE_HZ)
+        errors = []
+        engine.on("error", errors.append)
+        try:
+            await asyncio.wait_for(engine.shared_session().open(), WAIT_S)
+            proxy.freeze()
+            stream = engine.stream(conn_options=APIConnectOptions(max_retry=2, retry_interval=0.05, timeout=0.5))
+            stream.push_text("您好，欢迎致电。")
+            stream.end_input()
+            with pytest.raises(APITimeoutError):
+                await asyncio.wait_for(collect(stream), WAIT_S)
+            await stream.aclose()
+        finally:
+            proxy.thaw()
+            await engine.aclose()
+    assert [e.recoverable for e in errors] == [True, True, False]
+    assert all(isinstance(e.error, APITimeoutError) for e in errors)
+
+
+async def test_a_server_that_stalls_then_answers_is_retried_into_audio(vox_server):
+    async with TcpProxy(vox_server.port) as proxy:
+        engine = VoxpoolTTS(target=proxy.target, sample_rate=RATE_HZ)
+        errors = []
+
+        def on_error(err) -> None:
+            errors.append(err)
+            proxy.thaw()  # the server answers again before the retry
+
+        engine.on("error", on_error)
+        try:
+            await asyncio.wait_for(engine.shared_session().open(), WAIT_S)
+            proxy.freeze()
+            stream = engine.stream(conn_options=APIConnectOptions(max_retry=3, retry_interval=0.05, timeout=2.0))
+            stream.push_text("您好，欢迎致电。")
+            stream.end_input()
+            events = await asyncio.wait_for(collect(stream), WAIT_S)
+            await stream.aclose()
+        finally:
+            proxy.thaw()
+            await engine.aclose()
+    assert errors and isinstance(errors[0].error, APITimeoutError) and errors[0].recoverable
+    assert events and "".join(transcript(events)) == "您好，欢迎致电。"
+
+
+async def test_server_warnings_reach_the_plugin_log(vox_server, caplog):
+    engine = VoxpoolTTS(target=target(vox_server), sample_rate=RATE_HZ)
+    try:
+        with caplog.at_level("WARNING", logger="clients.integrations.livekit_tts"):
+            stream = engine.stream(conn_options=NO_RETRY)
+            stream.push_text("您好<b>欢迎</b>致电。")
+            stream.end_input()
+            events = await asyncio.wait_for(collect(stream), WAIT_S)
+            await stream.aclose()
+    finally:
+        await engine.aclose()
+    assert events  # the turn went on
+    assert any("normalization" in r.getMessage() and "<b>" in r.getMessage() for r in caplog.records)
 
 
 async def test_closing_a_stream_mid_turn_clears_it_on_the_server(vox_server):

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
+
+import numpy as np
 
 from tests.integrations.conftest import require
 
@@ -21,6 +25,7 @@ from pipecat.frames.frames import (  # noqa: E402
     TTSStartedFrame,
     TTSStoppedFrame,
     TTSTextFrame,
+    TTSUpdateSettingsFrame,
 )
 from pipecat.metrics.metrics import TTFBMetricsData, TTSUsageMetricsData  # noqa: E402
 from pipecat.pipeline.pipeline import Pipeline  # noqa: E402
@@ -225,3 +230,78 @@ async def test_unsupported_sample_rate_is_refused_with_a_message(vox_server):
 async def _until(predicate, step_s: float = 0.02):
     while not predicate():
         await asyncio.sleep(step_s)
+
+
+@contextlib.asynccontextmanager
+async def two_voice_server():
+    """A started server offering the tiny voice and a second one ("tiny-b", other random weights)."""
+    from engine.async_engine import AsyncEngine
+    from models.voices.bundle import tiny_voice
+    from service.config import load_config
+    from service.server import VoxpoolServer, engine_config
+
+    cfg = load_config(None, environ={})
+    cfg.server.port, cfg.server.host, cfg.voice.default = 0, "127.0.0.1", "tiny"
+    cfg.engine = {"max_slots": 8}
+    other = tiny_voice(seed=1)
+    voices = {"tiny": tiny_voice(),
+              "tiny-b": dataclasses.replace(other, name="tiny-b", meta={**other.meta, "name": "tiny-b"})}
+    server = VoxpoolServer(cfg, AsyncEngine.from_config(engine_config(cfg), voices=voices), voices)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+def turn_pcm(down: list[Frame], context_id: str) -> np.ndarray:
+    return np.frombuffer(b"".join(f.audio for f in down if isinstance(f, TTSAudioRawFrame)
+                                  and f.context_id == context_id), "<i2").astype(np.float64)
+
+
+async def test_settings_frames_change_rate_volume_and_voice_from_the_next_turn():
+    text = ("您好，", "欢迎致电。")
+    async with two_voice_server() as server:
+        tts = VoxpoolTTSService(target=target(server))
+        async with Harness(tts) as h:
+            await h.say(*text)
+            await h.sink.until(lambda: len(h.sink.of(TTSStoppedFrame)) >= 1)
+            await h.worker.queue_frame(TTSUpdateSettingsFrame(
+                delta=VoxpoolTTSService.Settings(speaking_rate=2.0, volume_db=-20.0)))
+            await h.say(*text)
+            await h.sink.until(lambda: len(h.sink.of(TTSStoppedFrame)) >= 2)
+            await h.worker.queue_frame(TTSUpdateSettingsFrame(
+                delta=VoxpoolTTSService.Settings(voice="tiny-b", speaking_rate=None, volume_db=None)))
+            await h.say(*text)
+            await h.sink.until(lambda: len(h.sink.of(TTSStoppedFrame)) >= 3)
+            down = list(h.sink.down)
+        moves, voice = tts.session.stream_moves, tts.session.started.voice
+    first, fast_quiet, other_voice = (turn_pcm(down, ctx) for ctx in contexts(down, TTSAudioRawFrame))
+    frame = RATE_HZ * 20 // 1000
+    assert abs(len(fast_quiet) - len(first) / 2) <= 4 * frame  # twice the rate: half the audio
+    rms = [float(np.sqrt(np.mean(x ** 2))) for x in (first, fast_quiet)]
+    assert rms[1] < rms[0] * 10 ** (-14 / 20)  # -20 dB asked (the rate change alone keeps the level)
+    # the new voice: a stream with it from the third turn on, the same length as the first turn, other samples
+    assert voice == "tiny-b" and moves == 1
+    assert abs(len(other_voice) - len(first)) <= 4 * frame
+    n = min(len(first), len(other_voice))
+    assert np.abs(first[:n] - other_voice[:n]).max() > 1000
+    assert not h.head.errors
+
+
+async def test_server_warnings_go_to_pipecats_log_not_to_error_frames(vox_server):
+    from loguru import logger
+
+    lines: list[str] = []
+    sink = logger.add(lambda message: lines.append(str(message)), level="WARNING")
+    try:
+        tts = VoxpoolTTSService(target=target(vox_server))
+        async with Harness(tts) as h:
+            await h.say("您好<b>欢迎</b>致电。")
+            await h.sink.until(lambda: len(h.sink.of(TTSStoppedFrame)) >= 1)
+            down = list(h.sink.down)
+    finally:
+        logger.remove(sink)
+    assert any(isinstance(f, TTSAudioRawFrame) for f in down)  # the turn went on
+    assert any("normalization" in line and "<b>" in line for line in lines)
+    assert not h.head.errors  # a warning is not an error

@@ -59,7 +59,7 @@ def test_stubs_describe_the_api() -> None:
     }
     assert tts_pb2.DESCRIPTOR.package == "voxpool.v1"
     client_events = [f.name for f in tts_pb2.ClientEvent.DESCRIPTOR.oneofs_by_name["event"].fields]
-    assert client_events == ["config", "text", "flush", "mark", "clear", "end"]
+    assert client_events == ["config", "text", "flush", "mark", "clear", "end", "keepalive"]
     server_events = [f.name for f in tts_pb2.ServerEvent.DESCRIPTOR.oneofs_by_name["event"].fields]
     assert server_events == [
         "started", "audio", "turn_done", "mark_reached", "cleared", "warning", "error", "words", "audio_batch"]

@@ -90,20 +90,22 @@ class TextSpan(_message.Message):
     def __init__(self, start: _Optional[int] = ..., end: _Optional[int] = ..., kind: _Optional[_Union[TextSpan.Kind, str]] = ...) -> None: ...
 
 class ClientEvent(_message.Message):
-    __slots__ = ("config", "text", "flush", "mark", "clear", "end")
+    __slots__ = ("config", "text", "flush", "mark", "clear", "end", "keepalive")
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     FLUSH_FIELD_NUMBER: _ClassVar[int]
     MARK_FIELD_NUMBER: _ClassVar[int]
     CLEAR_FIELD_NUMBER: _ClassVar[int]
     END_FIELD_NUMBER: _ClassVar[int]
+    KEEPALIVE_FIELD_NUMBER: _ClassVar[int]
     config: SessionConfig
     text: TextDelta
     flush: Flush
     mark: Mark
     clear: Clear
     end: End
-    def __init__(self, config: _Optional[_Union[SessionConfig, _Mapping]] = ..., text: _Optional[_Union[TextDelta, _Mapping]] = ..., flush: _Optional[_Union[Flush, _Mapping]] = ..., mark: _Optional[_Union[Mark, _Mapping]] = ..., clear: _Optional[_Union[Clear, _Mapping]] = ..., end: _Optional[_Union[End, _Mapping]] = ...) -> None: ...
+    keepalive: Keepalive
+    def __init__(self, config: _Optional[_Union[SessionConfig, _Mapping]] = ..., text: _Optional[_Union[TextDelta, _Mapping]] = ..., flush: _Optional[_Union[Flush, _Mapping]] = ..., mark: _Optional[_Union[Mark, _Mapping]] = ..., clear: _Optional[_Union[Clear, _Mapping]] = ..., end: _Optional[_Union[End, _Mapping]] = ..., keepalive: _Optional[_Union[Keepalive, _Mapping]] = ...) -> None: ...
 
 class SessionConfig(_message.Message):
     __slots__ = ("voice", "audio", "pacing", "preroll_ms", "language", "lexicon", "normalization", "seed", "speaking_rate", "volume_db", "word_timestamps", "frames_per_event")
@@ -175,6 +177,10 @@ class Flush(_message.Message):
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     turn_id: str
     def __init__(self, turn_id: _Optional[str] = ...) -> None: ...
+
+class Keepalive(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class Mark(_message.Message):
     __slots__ = ("name", "turn_id")
