@@ -1,10 +1,8 @@
 """voxpool engine: one thread per device runs an instant request pool with module-wise batching (torch-free import)."""
 
-# The OpenMP wait policy is the library's default (workers spin a while between parallel regions). PASSIVE was the
-# default for a few hours: it cut CPU 10x on a host oversubscribed by other jobs (load 13-22), but on an idle 2-core
-# host it cost 30 % of the engine's throughput in process and more over gRPC (16 streams in process: 58 % of chunks
-# on time at 14.1x RT vs 91.6 % at 21.0x with the default; docs/engine.md "The edge-engine gap"). Operators of
-# oversubscribed nodes can still set OMP_WAIT_POLICY=PASSIVE in the environment.
+# The OpenMP wait policy is left at the library's default (workers spin a while between parallel regions): it is the
+# faster one on a host the engine has to itself; PASSIVE saves CPU only on a host oversubscribed by other jobs
+# (docs/engine.md, "The edge-engine gap"). Operators of such nodes can set OMP_WAIT_POLICY=PASSIVE in the environment.
 
 from engine.async_engine import AsyncEngine, EngineBackend
 from engine.config import EngineConfig

@@ -115,7 +115,7 @@ class NaiveBackend(_Baseline):
     def __init__(self, config: EngineConfig, runners: Mapping[str, TorchRunner], observers: Iterable[EngineObserver] = ()):
         super().__init__(config, runners, observers)
         # one intra-op thread per worker: concurrent workers spread over the cores instead of running competing
-        # OpenMP teams (measured, 2-core CPU: 4 streams 100 % chunks on time vs 98.5 % with 2 threads each)
+        # OpenMP teams (docs/benchmarks-history.md, "Engine, in process")
         self._solo_config = dataclasses.replace(
             config, max_slots=1, max_waiting=0, max_vocode_wait_ms=0.0, min_vocode_batch=1, cuda_graphs=False,
             num_threads=1,

@@ -328,8 +328,8 @@ class TorchRunner:
     def _warm_shapes(self) -> None:
         """Run the postnet and the streaming vocoder once per call width at batch 1 (first, middle and last calls,
         and every width a last call of up to max_chunk_frames frames rounds up to),
-        so the first call of a width does not pay for building its kernels (measured over gRPC with the window
-        path: the first call's TTFA 181 ms without this, 90 ms with it). Larger batches build theirs on first use."""
+        so the first call of a width does not pay for building its kernels (that would land on a call's TTFA).
+        Larger batches build theirs on first use."""
         tail = self.streamer.tail_frames
         last_widths = {self._call_width(VocodeJob(0, 0, n, n, False, True))
                        for n in range(1, self.config.max_chunk_frames + 1)}

@@ -25,8 +25,8 @@ Policy (also in docs/engine.md):
   to `max_chunk_frames`: 24, 48, 96 by default) that is covered, the last one the rest of the utterance and
   the flush. A *starving* stream (buffer below `starving_buffer_ms`) does not wait for a full chunk: it takes
   the largest short size (multiples of `window_bucket_frames` from `min_chunk_frames`: 8, 16) that is covered,
-  since the streaming vocoder recomputes nothing and a short chunk costs only its call (measured over gRPC: the
-  second chunk, 24 frames behind a 16-frame first one, arrived after the pacer had filled silence).
+  since the streaming vocoder recomputes nothing and a short chunk costs only its call (a full-size second
+  chunk behind a short first one can arrive after the pacer has filled silence).
   Few sizes mean few vocoder shapes (engine/threads.py).
 * **Vocode.** Urgent ready chunks are vocoded at once (no audio yet first, then least buffered). A chunk
   that is not urgent goes early only if it is *efficient* (full size or the utterance's last: the

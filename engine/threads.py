@@ -1,10 +1,8 @@
 """Which threads run parallel torch work: the engine thread, and no other thread of the process.
 
-Measured on the 2-core CPU VM (torch 2.13 CPU build, GNU OpenMP): GNU OpenMP keeps one worker team per thread
-that ever ran a parallel region, and the team stays for the thread's life. Once a second thread had run a
-single 2-thread matmul, every 2-thread op on the engine thread got slower for good: one MB-MelGAN window
-(57 frames) took 24.6 ms instead of 10.9 ms, a batch-16 decoder step 4.7 ms instead of 2.2 ms. The
-remedy is a rule: threads that load voices, build runners or touch tensors for any other reason run torch
+GNU OpenMP keeps one worker team per thread that ever ran a parallel region, and the team stays for the thread's
+life: once a second thread has run a parallel op, every parallel op on the engine thread is slower for good
+(docs/engine.md has the figures). The remedy is a rule: threads that load voices, build runners or touch tensors for any other reason run torch
 with one thread (no team), and the engine thread alone takes `num_threads`.
 """
 

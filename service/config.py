@@ -24,7 +24,7 @@ class ConfigError(ValueError):
 
 @dataclass
 class ServerConfig:
-    """gRPC server settings (reliability survey §3.2)."""
+    """gRPC server settings: address, ports, message and keepalive limits, drain, liveness."""
 
     host: str = "[::]"
     port: int = 50051
@@ -116,7 +116,7 @@ class TenantLimits:
 
 @dataclass
 class SecurityConfig:
-    """TLS, bearer-token authentication and per-tenant limits (reliability survey §4); see service/security.py."""
+    """TLS, bearer-token authentication and per-tenant limits ; see service/security.py."""
 
     tls_cert_file: str = ""  # PEM certificate chain; with tls_key_file set, the serving port speaks TLS only
     tls_key_file: str = ""

@@ -6,7 +6,7 @@ LATE_CHUNK_S = 1e-3  # a chunk later than this (clock-reading noise aside) is la
 
 
 def chunk_lateness_s(arrival_s: float, first_arrival_s: float, received_before_s: float) -> float:
-    """DESIGN §6: chunk i is on time iff t_i <= t1 + sum(C_k); this is t_i - (t1 + sum(C_k)), in seconds."""
+    """Chunk i is on time iff t_i <= t1 + sum(C_k); this is t_i - (t1 + sum(C_k)), in seconds."""
     return arrival_s - first_arrival_s - received_before_s
 
 

@@ -39,7 +39,7 @@ ENGINE_STALLED = "stalled"
 
 
 def server_options(cfg: ServiceConfig) -> list[tuple[str, int]]:
-    """grpc.aio channel arguments from the reliability survey (§3.2)."""
+    """grpc.aio channel arguments: message sizes and keepalive from ServerConfig."""
     s = cfg.server
     return [
         ("grpc.max_receive_message_length", s.max_receive_message_bytes),

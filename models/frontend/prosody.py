@@ -2,8 +2,8 @@
 
 The voice was trained on Baker's prosody labels: ``#0`` between the syllables of a prosodic word, ``#1``
 between prosodic words, ``#2`` between prosodic phrases, ``#3`` at intonational-phrase breaks, ``sil`` at
-the two ends of an utterance only, then ``eos``. Measured on the voice, ``#3`` gives a real pause
-(≈0.3 s), ``#2`` a short one, ``#1``/``#0`` none. The rules used here:
+the two ends of an utterance only, then ``eos``. On the voice, ``#3`` gives a real pause, ``#2`` a
+short one, ``#1``/``#0`` none (docs/frontend.md). The rules used here:
 
 * Words: jieba's segmentation of each run of Hanzi, with lexicon entries and numerals cut out first.
   A digit string (three or more of 零一二三四五六七八九〇, or any run with 幺) is read digit by digit; up to 5

@@ -64,8 +64,7 @@ def apply_weight_path(model: torch.nn.Module, weights: str) -> torch.nn.Module:
     cell (models.int8; Tacotron2's decoder LSTMs, linears and convolutions stay fp32, vocoders are unchanged);
     "bf16" = every parameter and buffer in bfloat16. Converts `model` in place and returns it.
 
-    Measured on the Baker voice (docs/benchmarks.md, "Models (CPU)"): int8 makes a batch-1 decoder step ~4-5×
-    faster than fp32 on 2 cores at the same DNSMOS.
+    int8 is the CPU default because it is faster than fp32 at the same DNSMOS (docs/benchmarks.md).
     """
     if weights not in WEIGHT_PATHS:
         raise ValueError(f"weights must be one of {WEIGHT_PATHS}, not {weights!r}")

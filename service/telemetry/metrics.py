@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
 
-# Buckets (reliability survey §3.7), in base units.
+# Histogram buckets, in base units.
 TTFA_BUCKETS_S = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0)
 LATENESS_BUCKETS_S = (0.0, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 RTF_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
