@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine import gpu_check
+from bench import gpu_check
 from tests.engine.tiny_voice import make_tiny_voice
 
 IDS = [[1, 2, 3], [4, 5, 6, 7, 8], [2, 2], [3, 1, 4, 1, 5, 9, 2], [6, 6, 6, 1], [9, 8, 7, 6, 5, 4]]

@@ -11,7 +11,7 @@ import pytest
 
 from engine.request import AudioChunk, SynthesisRequest
 from models.frontend.segmenter import Segmenter
-from models.quality import QUALITY_SENTENCES
+from bench.quality import QUALITY_SENTENCES
 from models.speech_edges import levels_dbfs
 from protos.voxpool.v1 import tts_pb2 as pb
 from service.audio.g711 import decode
