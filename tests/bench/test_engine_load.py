@@ -45,7 +45,7 @@ def test_an_engine_override_of_the_weights_loads_those_weights(monkeypatch) -> N
     """`--engine '{"weights": ...}'` must reach the voice loaded, not only the config (an A/B of int8 and fp32
     through the override once compared int8 with int8)."""
     import models.voices.bundle as bundle
-    from engine import bench
+    from bench import engine_load as bench
 
     class Loaded(Exception):
         pass
