@@ -24,6 +24,7 @@ from clients.client import (
     VoxpoolError,
     Words,
 )
+from clients.failover import TURN_ENDING_ERRORS
 from clients.heard import HeardTurn
 from clients.rollover import RollingConversation, StreamMoved
 from protos.voxpool.v1 import tts_pb2 as pb
@@ -31,7 +32,7 @@ from protos.voxpool.v1 import tts_pb2 as pb
 log = logging.getLogger(__name__)
 
 MARK_PREFIX = "vx-w"
-# Marks spend the call's control budget (Limits.max_control_per_s, exceeding it ends the call), so word marks
+# Marks spend the call's control budget (Limits.max_control_per_s; one over it is dropped with RATE_LIMITED), so word marks
 # use at most this share of it and leave the rest to flush and clear.
 MARK_BUDGET_SHARE = 0.5
 # Characters after which a word mark is placed (a chunk of text between two marks is one timed "word").
@@ -299,7 +300,7 @@ class VoxpoolSession:
                 turn.done = True
                 if isinstance(ev, TurnDone):
                     await self._emit_tail(ev.turn_id, turn)
-        elif isinstance(ev, TurnError):
+        elif isinstance(ev, TurnError) and ev.code in TURN_ENDING_ERRORS:  # others (RATE_LIMITED) drop one event
             turn = self._turns.get(ev.turn_id)
             if turn is not None:
                 turn.done = True
