@@ -63,13 +63,17 @@ class Admission:
     def _pushback_ms(self) -> int:
         return int(self.retry_after_ms * self._rng.uniform(0.5, 1.5))
 
-    def acquire(self, tenant: str = "") -> CallSlot:
-        """A slot for a new call, or Unavailable (not accepting) / Overloaded (full, or the tenant at its quota)."""
+    def check_accepting(self) -> None:
+        """Unavailable when the server takes no calls now (starting, draining, engine down); a full server passes."""
         if not self._accepting:
             raise Unavailable(
                 self._closed_because or "server is not accepting calls (starting or draining); retry on another server",
                 retry_after_ms=self._pushback_ms(),
             )
+
+    def acquire(self, tenant: str = "") -> CallSlot:
+        """A slot for a new call, or Unavailable (not accepting) / Overloaded (full, or the tenant at its quota)."""
+        self.check_accepting()
         if self._active >= self.max_calls:
             raise Overloaded(
                 f"all {self.max_calls} call slots are busy; retry after the delay in grpc-retry-pushback-ms",

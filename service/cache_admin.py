@@ -101,12 +101,10 @@ class CacheAdminServicer(tts_pb2_grpc.CacheAdminServicer):
             if exc.retry_after_ms is not None:
                 context.set_trailing_metadata((("grpc-retry-pushback-ms", str(exc.retry_after_ms)),))
             await context.abort(exc.code, exc.message)
-        try:  # refused at once when the server takes no calls (draining, engine down)
-            self.admission.acquire(tenant).release()
+        try:  # refused at once when the server takes no calls (draining, engine down); when full, lines wait for slots
+            self.admission.check_accepting()
         except Unavailable as exc:
             await context.abort(exc.code, exc.message)
-        except Overloaded:
-            pass  # full now: the lines wait for slots
         timeout_s = self.cfg.warm_timeout_s
         remaining = context.time_remaining()
         if remaining is not None:  # answer before the caller's deadline
