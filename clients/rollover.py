@@ -97,6 +97,7 @@ class RollingConversation:
         # delivered yet, so never heard) is dropped
         self._clearing: set[str] = set()
         self._wake = asyncio.Event()
+        self._replan = asyncio.Event()  # the stream opened ahead was used or dropped: the planner starts over
         self._background: set[asyncio.Task] = set()
         self._ended = False
         self._finished = False
@@ -309,6 +310,7 @@ class RollingConversation:
 
     def _drop_next(self) -> None:
         nxt, self._next = self._next, None
+        self._replan.set()
         if nxt is not None:
             nxt.conv.cancel()
 
@@ -321,15 +323,16 @@ class RollingConversation:
                 return  # the server sets no limit: the call never has to move
             if self._next is None:
                 open_at_s = cur.opened_s + limit_s - self._margin(limit_s)
-                await asyncio.sleep(max(0.0, open_at_s - self._loop.time()))
-                if self._ended or self._finished or cur is not self._current or self._next is not None:
-                    continue
+                if self._loop.time() < open_at_s and await self._nap(open_at_s - self._loop.time()):
+                    continue  # the streams changed: plan again
+                if self._ended or self._finished:
+                    return
                 config = self._config
                 try:
                     conv = await self._client.converse(config=config)
                 except VoxpoolError as err:
                     log.warning("voxpool: the next stream did not open (%s); trying again", err)
-                    await asyncio.sleep(min(REOPEN_PAUSE_S, self._margin(limit_s) / 4.0))
+                    await self._nap(min(REOPEN_PAUSE_S, self._margin(limit_s) / 4.0))
                     continue
                 if self._ended or self._finished:
                     conv.cancel()
@@ -341,7 +344,7 @@ class RollingConversation:
                 self._move_if_idle()
                 continue
             idle_ms = self._next.started.raw.limits.idle_timeout_ms
-            await asyncio.sleep(idle_ms / 3000.0 if idle_ms else self._margin(limit_s) / 4.0)
+            await self._nap(idle_ms / 3000.0 if idle_ms else self._margin(limit_s) / 4.0)
             nxt = self._next
             if nxt is None or not idle_ms:
                 continue
@@ -351,6 +354,18 @@ class RollingConversation:
                 log.info("voxpool: the stream opened ahead was lost (%s); opening another", err)
                 if self._next is nxt:
                     self._drop_next()
+
+    async def _nap(self, seconds: float) -> bool:
+        """Sleep up to `seconds`; True when a move or a lost stream ahead ended the nap early, so the stream after
+        the new current one is planned from its own start (a keepalive interval can be longer than the margin)."""
+        self._replan.clear()
+        if seconds <= 0:
+            return False
+        try:
+            await asyncio.wait_for(self._replan.wait(), seconds)
+        except asyncio.TimeoutError:
+            return False
+        return True
 
     def _move_if_idle(self) -> None:
         if self._next is not None and not self._ended and not self._current.busy:
@@ -379,6 +394,7 @@ class RollingConversation:
         nxt, self._next = self._next, None
         assert nxt is not None
         self._must_move = False
+        self._replan.set()
         old = self._current
         nxt.events.append(StreamMoved(old.started.session_id, nxt.started.session_id, nxt.started,
                                       time.perf_counter()))

@@ -135,6 +135,28 @@ def test_an_agent_that_never_pauses_still_moves_before_the_limit():
         assert call.of(Audio, turn_id)[0][0] - done_s[prev] <= TTFA_S + FRAME_MS / 1000.0 + EPS_S
 
 
+def test_a_move_while_the_planner_waits_to_keep_the_next_stream_alive_plans_the_stream_after_it():
+    """A limit (20 s, margin 5 s) shorter than the keepalive interval (90 s idle timeout: keepalives every 30 s): the
+    call moves on a turn's end while the planner sleeps between keepalives. The stream after the new one must still
+    be opened a margin before the new one's limit, not when that sleep ends (past the limit)."""
+    limit_s, call_s = 20, 90
+
+    async def main() -> Call:
+        call = Call(FakeServer(limit_s, idle_timeout_ms=90_000))
+        n = 0
+        while call.loop.time() < call_s:
+            n += 1
+            await call.say(f"t{n}", "好的")  # 0.5 s of audio, then a short pause
+            await asyncio.wait_for(call.done[f"t{n}"], 60)
+            await asyncio.sleep(0.2)
+        await call.session.close()
+        return call
+
+    call = run_virtual(main())
+    check_moves_are_between_turns(call)
+    assert call.session.stream_moves >= call_s // limit_s
+
+
 def barge_in_during_a_move(clear_all: bool) -> Call:
     """Turn A plays past the point where a new turn moves the call; turn B starts on the next stream (its audio
     waiting behind A); the caller barges in (every turn, or A only); then turn C."""
