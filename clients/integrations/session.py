@@ -15,6 +15,7 @@ import grpc
 from clients.client import (
     Audio,
     Cleared,
+    ConversationClosed,
     Event,
     MarkReached,
     Started,
@@ -82,6 +83,7 @@ class _Turn:
     held_words: list = field(default_factory=list)  # proto word timings waiting for the first audio frame
     last_end_s: float = 0.0
     done: bool = False
+    conv: object = None  # the stream (RollingConversation) the turn's text went to
 
 
 class _Bucket:
@@ -152,19 +154,43 @@ class VoxpoolSession:
 
     async def send_text(self, turn_id: str, text: str, options: pb.TurnOptions | None = None) -> None:
         """Append text to a turn (opening the stream if needed); places a word mark at a word break. `options` (rate,
-        volume, format: clients.client.turn_options) are sent with the delta that opens the turn, ignored after."""
+        volume, format: clients.client.turn_options) are sent with the delta that opens the turn, ignored after.
+
+        A new turn's first text that meets a stream the server has just ended (its idle timeout, between two
+        turns: the end crossed the text on the wire) reached no server, so it goes once more on a new stream."""
         if not text:
             return
-        await self.open()
-        new = turn_id not in self._turns
-        turn = self._turns.setdefault(turn_id, _Turn())
-        if new and options is not None:
-            await self._guard(self._live().send_text(text, turn_id, options=options))
-        else:
-            await self._guard(self._live().send_text(text, turn_id))
+        for attempt in range(2):
+            await self.open()
+            conv = self._live()
+            turn = self._turns.get(turn_id)
+            new = turn is None
+            kw = {"options": options} if new and options is not None else {}
+            try:
+                await conv.send_text(text, turn_id, **kw)
+            except Exception as exc:  # VoxpoolError, ConversationClosed: the stream ended under us
+                await self._drop_stream(conv)
+                if new and attempt == 0 and self._ended_under_us(exc):
+                    log.info("voxpool stream ended as turn %s began (%s); sending it on a new stream", turn_id, exc)
+                    continue
+                raise self._as_error(exc) from exc
+            break
+        if new:
+            if self._conv is not conv:  # the stream broke while the text was sent (the handler got StreamBroken)
+                raise VoxpoolError(grpc.StatusCode.UNAVAILABLE,
+                                   "voxpool stream closed while sending: the connection broke; send the turn again")
+            turn = self._turns[turn_id] = _Turn(conv=conv)
         turn.heard.add_text(text)
         if self.word_marks and not self._server_words and text[-1] in BREAK_CHARS:
             await self._mark(turn_id, turn)
+
+    @staticmethod
+    def _ended_under_us(exc: Exception) -> bool:
+        """A write failed because the stream had already finished: the stream reports it closed, or gRPC's core
+        refused the write locally (INTERNAL, raised on the client for a stream that finished during the write)."""
+        if isinstance(exc, ConversationClosed):
+            return True
+        return isinstance(exc, VoxpoolError) and exc.code == grpc.StatusCode.INTERNAL
 
     async def flush(self, turn_id: str) -> None:
         """The turn's text is complete (a final word mark covers its tail)."""
@@ -218,12 +244,15 @@ class VoxpoolSession:
     async def _guard(self, send: Awaitable[float]) -> None:
         try:
             await send
-        except VoxpoolError:
+        except Exception as exc:  # VoxpoolError, ConversationClosed: the stream ended under us
             await self._drop_stream()
-            raise
-        except Exception as exc:  # ConversationClosed: the stream ended under us
-            await self._drop_stream()
-            raise VoxpoolError(grpc.StatusCode.UNAVAILABLE, f"voxpool stream closed: {exc}") from exc
+            raise self._as_error(exc) from exc
+
+    @staticmethod
+    def _as_error(exc: Exception) -> VoxpoolError:
+        if isinstance(exc, VoxpoolError):
+            return exc
+        return VoxpoolError(grpc.StatusCode.UNAVAILABLE, f"voxpool stream closed: {exc}")
 
     def _live(self) -> RollingConversation:
         """The open stream; the reader may have dropped it while a send was awaited (the stream broke)."""
@@ -233,7 +262,11 @@ class VoxpoolSession:
                                "voxpool stream closed while sending: the connection broke; send the turn again")
         return conv
 
-    async def _drop_stream(self) -> None:
+    async def _drop_stream(self, conv: RollingConversation | None = None) -> None:
+        """Forget the current stream (only if it is still `conv`, when given) and cancel it."""
+        if conv is not None and self._conv is not conv:
+            conv.cancel()
+            return
         conv, self._conv = self._conv, None
         self.started = None
         if conv is not None:
@@ -261,8 +294,10 @@ class VoxpoolSession:
             if self._conv is conv:
                 self._conv = None
                 self.started = None
-            broken = tuple(t for t, st in self._turns.items() if not st.done)
-            self._turns.clear()
+            # the turns this stream carried (a later stream's turns, opened after a send dropped this one, go on)
+            broken = tuple(t for t, st in self._turns.items() if not st.done and st.conv in (conv, None))
+            for turn_id in broken:
+                del self._turns[turn_id]
             log.warning("voxpool stream broke (%s); %d turn(s) unfinished", err, len(broken))
             await self.handler(StreamBroken(err, broken))
             return

@@ -149,3 +149,57 @@ async def test_a_stream_that_breaks_during_a_send_raises_unavailable_not_an_asse
     assert [type(ev).__name__ for ev in got] == ["StreamBroken"]  # the application heard of the break once
     assert [s[0] for s in client.conv.sent] == ["text"]  # no mark was sent after the break
     await session.close()
+
+
+class EndedConversation(FakeConversation):
+    """A stream the server ended (idle timeout) as the next turn's text was written: gRPC's core refuses the write
+    on the client with INTERNAL, as a stream that finished during the write does."""
+
+    async def send_text(self, text, turn_id=""):
+        raise VoxpoolError(grpc.StatusCode.INTERNAL, "Internal error from Core")
+
+
+async def test_a_new_turn_that_meets_a_stream_ended_under_it_goes_on_a_new_stream():
+    """The text reached no server, so the session opens a new stream and sends it there once; the turn plays."""
+    ended, fresh = EndedConversation(), FakeConversation()
+    convs = [ended, fresh]
+
+    class TwoStreams(FakeClient):
+        async def converse(self, config):
+            return convs.pop(0)
+
+    got = []
+
+    async def handler(ev):
+        got.append(ev)
+
+    session = VoxpoolSession(TwoStreams(), pb.SessionConfig(), handler, word_marks=False)
+    await session.send_text("t2", "好的。")
+    await session.flush("t2")
+    assert session.streams_opened == 2
+    assert fresh.sent == [("text", "t2", "好的。"), ("flush", "t2")]
+    fresh.events.put_nowait(TurnDone("t2", 50, 600, 0, 0, 3))
+    await drain(fresh)
+    assert [type(ev).__name__ for ev in got] == ["TurnDone"]  # no StreamBroken: no turn was lost
+    await session.close()
+
+
+async def test_a_turn_already_on_a_stream_that_ends_under_it_is_not_sent_again():
+    """Text after the turn's first reached the old stream's turn: the session reports the break, sends nothing twice."""
+    client, got = FakeClient(), []
+
+    async def handler(ev):
+        got.append(ev)
+
+    session = VoxpoolSession(client, pb.SessionConfig(), handler, word_marks=False)
+    await session.send_text("t1", "您好，")
+
+    async def refused(text, turn_id=""):
+        raise VoxpoolError(grpc.StatusCode.INTERNAL, "Internal error from Core")
+
+    client.conv.send_text = refused
+    with pytest.raises(VoxpoolError) as err:
+        await session.send_text("t1", "欢迎致电。")
+    assert err.value.code == grpc.StatusCode.INTERNAL
+    assert session.streams_opened == 1 and not session.is_open
+    await session.close()
