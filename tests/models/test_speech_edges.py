@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.speech_edges import EDGE_MS, GATE_DBFS, gate_tail, levels_dbfs, speech_end, speech_onset
+from models.speech_edges import EDGE_MS, GATE_CEILING_DBFS, GATE_DBFS, gate_tail, levels_dbfs, speech_end, speech_onset
 
 SR = 24000
 
@@ -46,6 +46,8 @@ def test_gate_silences_the_edge_burst_and_keeps_the_speech() -> None:
     assert ms(300) <= end <= ms(305)  # the tone's end (its last window), the floor below -60 right after
     assert np.array_equal(gated[:end], chunk[:end])  # speech untouched
     assert np.all(levels_dbfs(gated[end:], SR) < GATE_DBFS)
+    assert levels_dbfs(gated[end:], SR).max() <= GATE_CEILING_DBFS + 0.1  # the burst went under the ceiling
+    assert np.count_nonzero(gated[end + ms(10):]) > 0.99 * len(gated[end + ms(10):])  # attenuated, not zeroed
     assert levels_dbfs(chunk[-ms(20):], SR).max() > -40  # the burst was there
     assert len(gated) == len(chunk) and gated.dtype == np.float32
 
