@@ -172,7 +172,8 @@ class CachingEngine:
     def _subscribe(self, flight: _Flight, request: SynthesisRequest) -> OutputStream:
         timings = RequestTimings(submitted_s=now_s())
         stream = OutputStream(request.request_id, flight.engine_stream.sample_rate_hz, asyncio.get_running_loop(),
-                              timings, on_close=lambda rid: self._leave(flight, rid))
+                              timings, on_close=lambda rid: self._leave(flight, rid),
+                              on_skip=lambda samples: self._skip(flight, samples))
         flight.subscribers[request.request_id] = stream
         self._live[request.request_id] = flight
         for chunk in flight.chunks:  # a late joiner starts from the first chunk
@@ -185,6 +186,13 @@ class CachingEngine:
         stream.timings.chunks += 1
         stream.timings.audio_samples += len(chunk.samples)
         stream.publish_chunk(chunk)
+
+    @staticmethod
+    def _skip(flight: _Flight, samples: int) -> None:
+        """A subscriber dropped leading samples: the engine's playback clock follows a flight's only consumer (one
+        shared by several calls keeps counting the audio as made)."""
+        if len(flight.subscribers) == 1:
+            flight.engine_stream.skip_leading(samples)
 
     def _leave(self, flight: _Flight, request_id: str) -> None:
         """A subscriber closed: drop it; the last one to leave cancels the engine request."""

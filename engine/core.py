@@ -55,6 +55,10 @@ class StreamSink(Protocol):
     def unread_ms(self) -> float:
         """Audio delivered but not yet read by the consumer (ms)."""
 
+    @property
+    def skipped_samples(self) -> int:
+        """Leading samples of the request the consumer dropped unplayed (they take no playback time)."""
+
     def publish_chunk(self, chunk: AudioChunk) -> None:
         """One audio chunk, in order."""
 
@@ -152,7 +156,8 @@ class EngineCore:
         self.pool = RequestPool(config.max_slots)
         self.gate = AdmissionGate(config.max_slots + config.max_waiting)
         self.scheduler = Scheduler(
-            config, {v: r.timing for v, r in self.runners.items()}, unread_ms=lambda r: r.sink.unread_ms
+            config, {v: r.timing for v, r in self.runners.items()}, unread_ms=lambda r: r.sink.unread_ms,
+            skipped_samples=lambda r: r.sink.skipped_samples
         )
         self.observer = ObserverFanout(list(observers))
         self.death: BaseException | None = None

@@ -33,6 +33,7 @@ class OutputStream:
         loop: asyncio.AbstractEventLoop,
         timings: RequestTimings,
         on_close: Callable[[str], None] | None = None,
+        on_skip: Callable[[int], None] | None = None,
     ) -> None:
         self.request_id = request_id
         self.sample_rate_hz = sample_rate_hz
@@ -44,6 +45,8 @@ class OutputStream:
         self._waiter: asyncio.Future[None] | None = None
         self._published_samples = 0  # written by the producer thread only
         self._consumed_samples = 0  # written by the loop only
+        self._skipped_samples = 0  # written by the loop only: leading samples the consumer dropped unplayed
+        self._on_skip = on_skip
         self._final_delivered = False
         self._closed = False
 
@@ -54,6 +57,20 @@ class OutputStream:
         """Audio published but not yet consumed, in ms."""
         unread = self._published_samples - self._consumed_samples
         return 1000.0 * unread / float(self.sample_rate_hz)
+
+    @property
+    def skipped_samples(self) -> int:
+        """Leading samples the consumer dropped (model silence before the first speech): they never play, so the
+        engine's playback clock counts the request's audio this much shorter."""
+        return self._skipped_samples
+
+    def skip_leading(self, samples: int) -> None:
+        """Loop side: the consumer dropped `samples` more of the request's leading samples unplayed."""
+        if samples <= 0:
+            return
+        self._skipped_samples += samples
+        if self._on_skip is not None:
+            self._on_skip(samples)
 
     @property
     def closed(self) -> bool:

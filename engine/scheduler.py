@@ -157,10 +157,12 @@ class Scheduler:
         config: EngineConfig,
         timings: dict[str, VoiceTiming],
         unread_ms: Callable[[Request], float],
+        skipped_samples: Callable[[Request], int] = lambda request: 0,
     ) -> None:
         self.config = config
         self.timings = timings
         self._unread_ms = unread_ms
+        self._skipped_samples = skipped_samples
         self._last_decode_s: dict[str, float] = {}  # when each voice's previous decoder call was planned
 
     def commit(self, plan: Plan | ChunkPlan) -> None:
@@ -213,14 +215,21 @@ class Scheduler:
         start = self.play_start_s(before, now)
         return (now if start is None else start) + self.audio_bound_s(before) + request.spec.options.gap_ms / 1000.0
 
+    def played_s(self, request: Request) -> float:
+        """Seconds of the request's delivered audio that will play: what it emitted, less the leading samples its
+        consumer dropped (model silence before a turn's first speech)."""
+        played = request.samples_emitted - self._skipped_samples(request)
+        return max(0, played) / float(self.timings[request.voice].sample_rate_hz)
+
     def audio_bound_s(self, request: Request) -> float:
-        """Seconds of audio the request will have delivered in all, as far as known (exact once it ended)."""
+        """Seconds of audio the request will play in all, as far as known (exact once it ended)."""
         vt = self.timings[request.voice]
         if request.status is Status.DONE:
-            return request.samples_emitted / float(vt.sample_rate_hz)
+            return self.played_s(request)
         frames = request.end_frame if request.end_frame is not None else request.frames_decided
-        return max(request.samples_emitted / float(vt.sample_rate_hz),
-                   output_frames(frames, request.spec.speaking_rate) * vt.frame_s)
+        skipped_s = self._skipped_samples(request) / float(vt.sample_rate_hz)
+        return max(self.played_s(request),
+                   output_frames(frames, request.spec.speaking_rate) * vt.frame_s - skipped_s)
 
     def play_end_s(self, request: Request) -> float | None:
         """When an ending request's last delivered sample plays (None when it never delivered audio)."""
@@ -229,7 +238,7 @@ class Scheduler:
         start = self.play_start_s(request, request.timings.first_audio_s or 0.0)
         if start is None:
             return None
-        return start + request.samples_emitted / float(self.timings[request.voice].sample_rate_hz)
+        return start + self.played_s(request)
 
     def buffer_s(self, request: Request, now: float) -> float:
         """Audio queued ahead of the consumer's playback: where the request's delivered audio ends on the call's
@@ -237,8 +246,7 @@ class Scheduler:
         start = self.play_start_s(request, now)
         if start is None:
             return 0.0
-        sent_s = request.samples_emitted / float(self.timings[request.voice].sample_rate_hz)
-        return start + sent_s - now - request.spec.options.deadline_margin_ms / 1000.0
+        return start + self.played_s(request) - now - request.spec.options.deadline_margin_ms / 1000.0
 
     def decoded_lead_s(self, request: Request, now: float) -> float | None:
         """How far the request's decided mel runs ahead of playback (None for a chain head before its first chunk)."""
@@ -246,7 +254,8 @@ class Scheduler:
         if start is None:
             return None
         vt = self.timings[request.voice]
-        return start + output_frames(request.frames_decided, request.spec.speaking_rate) * vt.frame_s - now
+        skipped_s = self._skipped_samples(request) / float(vt.sample_rate_hz)
+        return start + output_frames(request.frames_decided, request.spec.speaking_rate) * vt.frame_s - skipped_s - now
 
     def is_fresh(self, request: Request) -> bool:
         """A chain head that has sent no audio yet: nothing of its call is queued, the caller waits for it."""
@@ -272,9 +281,8 @@ class Scheduler:
         start = self.play_start_s(request, now)
         if start is None:
             return None
-        vt = self.timings[request.voice]
-        sent_s = request.samples_emitted / float(vt.sample_rate_hz)
-        return start + sent_s - request.spec.options.deadline_margin_ms / 1000.0 - self._threshold_s(request)
+        return (start + self.played_s(request) - request.spec.options.deadline_margin_ms / 1000.0
+                - self._threshold_s(request))
 
     def is_young(self, request: Request) -> bool:
         """A chain head that sent fewer than RAMP_CHUNKS chunks: its call's queue is thin (decoder at twice the

@@ -78,8 +78,11 @@ class Producer:
                     async for samples, text_pos, words in chunks:
                         if not turn.active:  # cleared or failed meanwhile: none of its audio may be queued now
                             return
+                        trimmed = audio.trimmed_samples
                         for frame in audio.push(samples, text_pos, words):
                             self.release.push(frame)
+                        # the leading silence dropped never plays: the engine's playback clock must not count it
+                        prepared.stream.skip_leading(audio.trimmed_samples - trimmed)
                         ahead.look_ahead(follows)
                         await self.release.wait_for_room()
                         if not turn.active:

@@ -91,6 +91,19 @@ async def test_concurrent_identical_misses_synthesize_once() -> None:
     assert await engine.drain(5.0)
 
 
+async def test_a_lone_subscribers_dropped_lead_reaches_the_engine_clock_a_shared_ones_does_not() -> None:
+    engine, runner = await make(FakeRunner(frames_per_id=60))
+    alone = engine.submit(req("a", seed=1))
+    alone.skip_leading(120)
+    flight = engine._live["a"]
+    assert alone.skipped_samples == 120 and flight.engine_stream.skipped_samples == 120
+    first, second = engine.submit(req("b", seed=2)), engine.submit(req("c", seed=2))
+    first.skip_leading(50)  # the synthesis plays in two calls: its audio stays counted as made
+    assert first.skipped_samples == 50 and engine._live["b"].engine_stream.skipped_samples == 0
+    await asyncio.gather(*(events_of(s) for s in (alone, first, second)))
+    assert await engine.drain(5.0)
+
+
 async def test_late_joiner_gets_every_chunk_from_the_start() -> None:
     runner = FakeRunner(frames_per_id=200)
     runner.delay_s["decode"] = 0.002

@@ -20,10 +20,15 @@ TIMING = VoiceTiming(sample_rate_hz=1000, hop_samples=10, reduction_factor=2, vo
 class Sink:
     def __init__(self) -> None:
         self.unread = 0.0
+        self.skipped = 0
 
     @property
     def unread_ms(self) -> float:
         return self.unread
+
+    @property
+    def skipped_samples(self) -> int:
+        return self.skipped
 
 
 def req(rid: str, t: float = 0.0, streaming: bool = True) -> Request:
@@ -39,7 +44,8 @@ def setup(n: int, **cfg) -> tuple[Scheduler, RequestPool, list[Request]]:
     for r in requests:
         pool.enqueue(r)
     pool.admit()
-    return Scheduler(config, {"v": TIMING}, unread_ms=lambda r: r.sink.unread_ms), pool, requests
+    return Scheduler(config, {"v": TIMING}, unread_ms=lambda r: r.sink.unread_ms,
+                     skipped_samples=lambda r: r.sink.skipped_samples), pool, requests
 
 
 def decoding(r: Request, decoded: int, decided: int | None = None, emitted: int = 0) -> None:
@@ -442,6 +448,23 @@ def test_a_follower_counts_its_deadlines_on_the_calls_playback_clock() -> None:
     decoding(fresh, decoded=50)
     late = follower("l", fresh)
     assert sched.play_start_s(late, 3.0) == pytest.approx(3.0 + 0.5)
+
+
+def test_leading_samples_the_consumer_dropped_take_no_playback_time() -> None:
+    """The edge drops a turn's leading model silence: the call's clock counts the request's audio that much
+    shorter, so its buffer is smaller, it is urgent sooner, and the segment after it starts playing earlier."""
+    sched, _, (head,) = setup(1, urgency_margin_ms=100.0)
+    decoding(head, decoded=200, decided=180, emitted=40)
+    head.samples_emitted, head.timings.first_audio_s = 1000, 10.0  # 1 s sent, playing since t=10
+    nxt = follower("n", head)
+    buffer_s, urgent_at_s, start_s = sched.buffer_s(head, 10.2), sched.urgent_at(head, 10.2), sched.play_start_s(nxt, 10.2)
+    head.sink.skipped = 300  # 0.3 s of leading silence dropped unplayed
+    assert sched.buffer_s(head, 10.2) == pytest.approx(buffer_s - 0.3)
+    assert sched.urgent_at(head, 10.2) == pytest.approx(urgent_at_s - 0.3)
+    assert sched.play_start_s(nxt, 10.2) == pytest.approx(start_s - 0.3)
+    assert sched.decoded_lead_s(head, 10.2) == pytest.approx(10.0 + 1.8 - 0.3 - 10.2)
+    head.status, head.samples_emitted = Status.DONE, 1900
+    assert sched.play_end_s(head) == pytest.approx(10.0 + 1.6)
 
 
 def test_a_follower_with_audio_queued_ahead_is_neither_urgent_nor_young_nor_held() -> None:

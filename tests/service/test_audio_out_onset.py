@@ -3,9 +3,12 @@ times move with it, and the frame holding the first speech is marked (time to fi
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
+from engine.request import AudioChunk
 from models.frontend.segmenter import Segmenter
 from protos.voxpool.v1 import tts_pb2 as pb
 from service import figures
@@ -150,3 +153,62 @@ async def test_turn_done_reports_time_to_first_speech(tiny_server) -> None:
     done = events[-1].turn_done
     # the tiny voice is loud from its first sample: speech starts with the first audio frame
     assert done.ttfa_ms > 0 and done.ttfs_ms == done.ttfa_ms
+
+
+class QuietStartEngine:
+    """Wraps the engine: the first 300 ms of each request's audio become the model's silence (same length, so
+    nothing else moves); records the streams it hands out."""
+
+    QUIET_MS = 300
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.streams: list = []
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def submit(self, request):
+        inner = self.engine.submit(request)
+        self.streams.append(inner)
+        quiet = round(inner.sample_rate_hz * self.QUIET_MS / 1000)
+
+        class Stream:
+            def __init__(self):
+                self.done = 0  # samples seen
+
+            def __aiter__(self):
+                return self
+
+            async def __anext__(self):
+                ev = await inner.__anext__()
+                if isinstance(ev, AudioChunk) and self.done < quiet:
+                    head = min(quiet - self.done, len(ev.samples))
+                    samples = ev.samples.copy()
+                    samples[:head] = 10 ** (-75 / 20) * np.random.default_rng(self.done).standard_normal(head)
+                    ev = dataclasses.replace(ev, samples=samples)
+                if isinstance(ev, AudioChunk):
+                    self.done += len(ev.samples)
+                return ev
+
+            def close(self):
+                inner.close()
+
+            def skip_leading(self, samples):
+                inner.skip_leading(samples)
+
+        return Stream()
+
+
+async def test_the_leading_silence_dropped_is_reported_to_the_engine_clock(tiny_server) -> None:
+    """What the edge drops never plays: the engine's stream learns it (its playback clock counts the request's
+    audio shorter by it), and only the turn's first segment has any."""
+    engine = tiny_server.deps.engine = QuietStartEngine(tiny_server.deps.engine)
+    async with stub_for(tiny_server.port) as stub:
+        events = await collect(stub.Synthesize(pb.SynthesizeRequest(text="您好，欢迎致电。请稍候。")))
+    assert events[-1].HasField("turn_done")
+    first, *rest = engine.streams
+    rate_hz = first.sample_rate_hz
+    expected = round(rate_hz * (QuietStartEngine.QUIET_MS - ONSET_KEEP_MS) / 1000)
+    assert abs(first.skipped_samples - expected) <= round(rate_hz * WINDOW_MS / 1000)
+    assert rest and all(s.skipped_samples == 0 for s in rest)  # later segments are not trimmed

@@ -43,6 +43,9 @@ class StallingEngine:
             def close(self):
                 inner.close()
 
+            def skip_leading(self, samples):
+                inner.skip_leading(samples)
+
         return Stream()
 
 
