@@ -91,6 +91,7 @@ class RollingConversation:
         self._loop = asyncio.get_running_loop()
         self._margin_s = margin_s
         self._legs: list[_Leg] = []  # delivery order: streams still finishing turns, then the current one
+        self._retiring: list[_Leg] = []  # moved-from streams told to end, all delivered: only their close is left
         self._next: _Leg | None = None
         self._turn_leg: dict[str, _Leg] = {}
         # turns of a stream waiting behind a moved-from one that a Clear was sent for: their audio read ahead (not
@@ -217,7 +218,7 @@ class RollingConversation:
         self._finished = True
         self._planner.cancel()
         self._drop_next()
-        for leg in self._legs:
+        for leg in self._legs + self._retiring:
             leg.conv.cancel()
             if leg.reader is not None:
                 leg.reader.cancel()
@@ -246,9 +247,13 @@ class RollingConversation:
                     continue  # read ahead while it waited behind a moved-from stream, then cleared: never heard
                 self._account(leg, ev)
                 return ev
-            if leg.closed:
+            if leg.closed or (leg.ending and not leg.busy and leg is not self._current):
                 if len(self._legs) > 1:
-                    self._legs.pop(0)
+                    # a moved-from stream whose turns were all delivered: the next stream's events need not wait
+                    # for its close (a round trip, and the server's teardown of the call)
+                    done = self._legs.pop(0)
+                    if not done.closed:
+                        self._retiring.append(done)
                     continue
                 if self._next is not None and not self._ended:  # the current stream ended (idle): move on
                     self._switch()
@@ -295,6 +300,8 @@ class RollingConversation:
             leg.events.append(err)
         finally:
             leg.closed = True
+            if leg in self._retiring:
+                self._retiring.remove(leg)
             self._wake.set()
 
     # ------------------------------------------------------------------ moving

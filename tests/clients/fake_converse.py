@@ -160,6 +160,7 @@ class FakeStream:
         while True:
             turn = await self.queue.get()
             if turn is None:  # end: every turn before it has played
+                await asyncio.sleep(self.server.close_delay_s)
                 self._close(None)
                 return
             if turn.cleared:
@@ -198,9 +199,10 @@ class FakeStream:
 class FakeServer:
     """Stands in for VoxpoolClient: `converse(config=...)` opens a FakeStream."""
 
-    def __init__(self, limit_s: int, idle_timeout_ms: int = 30_000):
+    def __init__(self, limit_s: int, idle_timeout_ms: int = 30_000, close_delay_s: float = 0.0):
         self.limit_s = limit_s
         self.idle_timeout_ms = idle_timeout_ms
+        self.close_delay_s = close_delay_s  # after `end`, the last turn played: the server's teardown + a round trip
         self.record = Record()
         self.spoken_on: dict[str, list[str]] = {}  # turn id → the sessions that received its text
 

@@ -157,6 +157,29 @@ def test_a_move_while_the_planner_waits_to_keep_the_next_stream_alive_plans_the_
     assert call.session.stream_moves >= call_s // limit_s
 
 
+def test_the_turn_after_a_move_does_not_wait_for_the_old_stream_to_close():
+    """A moved-from stream closes a while after its `end` (the server's teardown, a round trip: 1 s here); the
+    next stream's first turn plays as soon as on a stream that never moved, not after that close."""
+    limit_s, call_s = 40, 300
+
+    async def main() -> Call:
+        call = Call(FakeServer(limit_s, close_delay_s=1.0))
+        n = 0
+        while call.loop.time() < call_s:
+            n += 1
+            await call.say(f"t{n}", "您好" * 3)
+            await asyncio.wait_for(call.done[f"t{n}"], 60)
+            await asyncio.sleep(3.0)
+        await call.session.close()
+        return call
+
+    call = run_virtual(main())
+    check_moves_are_between_turns(call)
+    assert call.session.stream_moves >= call_s // limit_s
+    for turn_id, flushed_s in call.flushed_s.items():
+        assert call.of(Audio, turn_id)[0][0] - flushed_s <= TTFA_S + FRAME_MS / 1000.0 + EPS_S, turn_id
+
+
 def barge_in_during_a_move(clear_all: bool) -> Call:
     """Turn A plays past the point where a new turn moves the call; turn B starts on the next stream (its audio
     waiting behind A); the caller barges in (every turn, or A only); then turn C."""
