@@ -38,19 +38,20 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
-def build_server(config: dict | None = None, decoder_steps: int = 40, faulty: bool = False):
-    """A VoxpoolServer (not started) over the tiny voice; `config` is a partial tree shaped like voxpool.yaml.
+def build_server(config: dict | None = None, decoder_steps: int = 40, faulty: bool = False, voice: str = "tiny"):
+    """A VoxpoolServer (not started) over the tiny voice, or over the installed voice named `voice` (loaded as
+    `voxpool serve` loads it); `config` is a partial tree shaped like voxpool.yaml.
 
     `faulty`: the voice's ModuleRunner is wrapped in a FaultyRunner (`server.engine.backend.runners["tiny"]`).
     """
     from engine.async_engine import AsyncEngine
     from models.voices.bundle import tiny_voice
     from service.config import config_from_dict
-    from service.server import VoxpoolServer, engine_config
+    from service.server import VoxpoolServer, engine_config, load_voices
 
-    base = {"server": {"port": 0, "host": "127.0.0.1"}, "voice": {"default": "tiny"}, "engine": {"max_slots": 8}}
+    base = {"server": {"port": 0, "host": "127.0.0.1"}, "voice": {"default": voice}, "engine": {"max_slots": 8}}
     cfg = config_from_dict(_merge(base, config or {}))
-    voices = {"tiny": tiny_voice(decoder_steps=decoder_steps)}
+    voices = {"tiny": tiny_voice(decoder_steps=decoder_steps)} if voice == "tiny" else load_voices(cfg, (voice,))
     engine = AsyncEngine.from_config(engine_config(cfg), voices=voices)
     server = VoxpoolServer(cfg, engine, voices)
     if faulty:
@@ -59,9 +60,9 @@ def build_server(config: dict | None = None, decoder_steps: int = 40, faulty: bo
 
 
 @contextlib.asynccontextmanager
-async def serving(config: dict | None = None, decoder_steps: int = 40, faulty: bool = False):
+async def serving(config: dict | None = None, decoder_steps: int = 40, faulty: bool = False, voice: str = "tiny"):
     """A started server; yields the VoxpoolServer (`.port`, `.admission`, `.engine`, `.servicer`)."""
-    server = build_server(config, decoder_steps, faulty)
+    server = build_server(config, decoder_steps, faulty, voice)
     await server.start()
     try:
         yield server
