@@ -135,24 +135,29 @@ def test_an_agent_that_never_pauses_still_moves_before_the_limit():
         assert call.of(Audio, turn_id)[0][0] - done_s[prev] <= TTFA_S + FRAME_MS / 1000.0 + EPS_S
 
 
+def turns_with_pauses(server: FakeServer, call_s: float, text: str, pause_s: float) -> Call:
+    """A call (virtual time) that says `text` as one turn, waits for its end and pauses, until `call_s`."""
+
+    async def main() -> Call:
+        call = Call(server)
+        n = 0
+        while call.loop.time() < call_s:
+            n += 1
+            await call.say(f"t{n}", text)
+            await asyncio.wait_for(call.done[f"t{n}"], 60)
+            await asyncio.sleep(pause_s)
+        await call.session.close()
+        return call
+
+    return run_virtual(main())
+
+
 def test_a_move_while_the_planner_waits_to_keep_the_next_stream_alive_plans_the_stream_after_it():
     """A limit (20 s, margin 5 s) shorter than the keepalive interval (90 s idle timeout: keepalives every 30 s): the
     call moves on a turn's end while the planner sleeps between keepalives. The stream after the new one must still
     be opened a margin before the new one's limit, not when that sleep ends (past the limit)."""
     limit_s, call_s = 20, 90
-
-    async def main() -> Call:
-        call = Call(FakeServer(limit_s, idle_timeout_ms=90_000))
-        n = 0
-        while call.loop.time() < call_s:
-            n += 1
-            await call.say(f"t{n}", "好的")  # 0.5 s of audio, then a short pause
-            await asyncio.wait_for(call.done[f"t{n}"], 60)
-            await asyncio.sleep(0.2)
-        await call.session.close()
-        return call
-
-    call = run_virtual(main())
+    call = turns_with_pauses(FakeServer(limit_s, idle_timeout_ms=90_000), call_s, "好的", pause_s=0.2)
     check_moves_are_between_turns(call)
     assert call.session.stream_moves >= call_s // limit_s
 
@@ -161,19 +166,7 @@ def test_the_turn_after_a_move_does_not_wait_for_the_old_stream_to_close():
     """A moved-from stream closes a while after its `end` (the server's teardown, a round trip: 1 s here); the
     next stream's first turn plays as soon as on a stream that never moved, not after that close."""
     limit_s, call_s = 40, 300
-
-    async def main() -> Call:
-        call = Call(FakeServer(limit_s, close_delay_s=1.0))
-        n = 0
-        while call.loop.time() < call_s:
-            n += 1
-            await call.say(f"t{n}", "您好" * 3)
-            await asyncio.wait_for(call.done[f"t{n}"], 60)
-            await asyncio.sleep(3.0)
-        await call.session.close()
-        return call
-
-    call = run_virtual(main())
+    call = turns_with_pauses(FakeServer(limit_s, close_delay_s=1.0), call_s, "您好" * 3, pause_s=3.0)
     check_moves_are_between_turns(call)
     assert call.session.stream_moves >= call_s // limit_s
     for turn_id, flushed_s in call.flushed_s.items():

@@ -18,6 +18,7 @@ from service.call.turn import Turn
 from service.session import SessionSettings, VoiceEntry
 from service.timestamps import WordTime
 from tests.service.conftest import collect, stub_for
+from tests.service.engine_wrappers import EngineWrapper, StreamWrapper
 
 VOICE_HZ = 24000
 FRAME_MS = 20
@@ -155,49 +156,33 @@ async def test_turn_done_reports_time_to_first_speech(tiny_server) -> None:
     assert done.ttfa_ms > 0 and done.ttfs_ms == done.ttfa_ms
 
 
-class QuietStartEngine:
+class QuietStartEngine(EngineWrapper):
     """Wraps the engine: the first 300 ms of each request's audio become the model's silence (same length, so
     nothing else moves); records the streams it hands out."""
 
     QUIET_MS = 300
 
     def __init__(self, engine):
-        self.engine = engine
+        super().__init__(engine)
         self.streams: list = []
 
-    def __getattr__(self, name):
-        return getattr(self.engine, name)
+    def wrap(self, stream):
+        self.streams.append(stream)
+        quiet = round(stream.sample_rate_hz * self.QUIET_MS / 1000)
+        seen = 0  # samples of the request so far
 
-    def submit(self, request):
-        inner = self.engine.submit(request)
-        self.streams.append(inner)
-        quiet = round(inner.sample_rate_hz * self.QUIET_MS / 1000)
-
-        class Stream:
-            def __init__(self):
-                self.done = 0  # samples seen
-
-            def __aiter__(self):
-                return self
-
-            async def __anext__(self):
-                ev = await inner.__anext__()
-                if isinstance(ev, AudioChunk) and self.done < quiet:
-                    head = min(quiet - self.done, len(ev.samples))
+        async def quiet_start(ev):
+            nonlocal seen
+            if isinstance(ev, AudioChunk):
+                head = min(max(0, quiet - seen), len(ev.samples))
+                if head:
                     samples = ev.samples.copy()
-                    samples[:head] = 10 ** (-75 / 20) * np.random.default_rng(self.done).standard_normal(head)
+                    samples[:head] = 10 ** (-75 / 20) * np.random.default_rng(seen).standard_normal(head)
                     ev = dataclasses.replace(ev, samples=samples)
-                if isinstance(ev, AudioChunk):
-                    self.done += len(ev.samples)
-                return ev
+                seen += len(ev.samples)
+            return ev
 
-            def close(self):
-                inner.close()
-
-            def skip_leading(self, samples):
-                inner.skip_leading(samples)
-
-        return Stream()
+        return StreamWrapper(stream, quiet_start)
 
 
 async def test_the_leading_silence_dropped_is_reported_to_the_engine_clock(tiny_server) -> None:

@@ -6,47 +6,31 @@ import asyncio
 from engine.request import AudioChunk
 from protos.voxpool.v1 import tts_pb2 as pb
 from tests.service.conftest import collect, config_event, end_event, flush_event, stub_for, text_event
+from tests.service.engine_wrappers import EngineWrapper, StreamWrapper
 
 LEAD_MS = 60
 FRAME_MS = 20
 
 
-class StallingEngine:
+class StallingEngine(EngineWrapper):
     """Wraps the engine: the 2nd chunk of every stream arrives `stall_s` late."""
 
     def __init__(self, engine, stall_s: float):
-        self.engine = engine
+        super().__init__(engine)
         self.stall_s = stall_s
 
-    def __getattr__(self, name):
-        return getattr(self.engine, name)
+    def wrap(self, stream):
+        chunks = 0
 
-    def submit(self, request):
-        inner = self.engine.submit(request)
-        stall_s = self.stall_s
+        async def stall_the_second_chunk(ev):
+            nonlocal chunks
+            if isinstance(ev, AudioChunk):
+                chunks += 1
+                if chunks == 2:
+                    await asyncio.sleep(self.stall_s)
+            return ev
 
-        class Stream:
-            def __init__(self):
-                self.n = 0
-
-            def __aiter__(self):
-                return self
-
-            async def __anext__(self):
-                ev = await inner.__anext__()
-                if isinstance(ev, AudioChunk):
-                    self.n += 1
-                    if self.n == 2:
-                        await asyncio.sleep(stall_s)
-                return ev
-
-            def close(self):
-                inner.close()
-
-            def skip_leading(self, samples):
-                inner.skip_leading(samples)
-
-        return Stream()
+        return StreamWrapper(stream, stall_the_second_chunk)
 
 
 async def test_underrun_sends_flagged_silence_with_contiguous_seq_and_pts(tiny_server):
@@ -80,19 +64,16 @@ async def test_asap_sends_speech_only_contiguously(tiny_server):
     assert done.underruns == 0 and done.audio_ms == FRAME_MS * len(frames)
 
 
-class RecordingEngine:
+class RecordingEngine(EngineWrapper):
     """Wraps the engine: keeps every request the call submits."""
 
     def __init__(self, engine):
-        self.engine = engine
+        super().__init__(engine)
         self.requests = []
-
-    def __getattr__(self, name):
-        return getattr(self.engine, name)
 
     def submit(self, request):
         self.requests.append(request)
-        return self.engine.submit(request)
+        return super().submit(request)
 
 
 async def test_engine_is_told_how_early_the_pacer_needs_audio(tiny_server):
