@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.voxpool-installed
 PYTEST_ARGS ?=
 
-.PHONY: serve test test-load install voice bench capacity test-hog clean
+.PHONY: serve test test-load install voice bench capacity test-hog clean image test-image
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,15 @@ HOG_ARGS ?=
 test-hog: $(STAMP)
 	$(PY) -m tests.reliability.hog_runs --runs $(HOG_RUNS) --hog-threads 2 --json bench-results/hog-runs.json \
 		--logs bench-results/hog-runs $(HOG_ARGS)
+
+# The CPU image (deploy/Dockerfile.cpu) with podman; where registries are out of reach, from Debian's packages and
+# a local torch wheel: `make image IMAGE_BASE=mmdebstrap TORCH_WHEELS=/opt/wheels` (deploy/build_image.sh says more).
+# `make test-image` then runs it: ready, a sentence synthesized over gRPC, uid 10001, read-only root, SIGTERM exit 0.
+image:
+	bash deploy/build_image.sh
+
+test-image: $(STAMP)
+	VOXPOOL_IMAGE=$${IMAGE_TAG:-voxpool:0.1.0-cpu} $(PY) -m pytest -q tests/deploy/test_image.py $(PYTEST_ARGS)
 
 # The load generator against a running server (`make serve` in another shell): BENCH_ARGS="--help" lists its options.
 BENCH_ARGS ?= --targets localhost:50051 --rates 0.5,1,2,4 --out bench-results/bench.json
