@@ -173,7 +173,9 @@ def iteration_summary(observer: RecordingObserver) -> dict[str, Any]:
     voc = [s.vocode_batch for s in its if s.vocode_batch]
     return {
         "iterations": len(its),
+        "iteration_ms_mean": statistics.fmean(s.duration_s * 1000 for s in its),
         "iteration_ms_p50": percentile([s.duration_s * 1000 for s in its], 50),
+        "iteration_ms_p90": percentile([s.duration_s * 1000 for s in its], 90),
         "iteration_ms_p99": percentile([s.duration_s * 1000 for s in its], 99),
         "decode_batch_mean": statistics.fmean(dec) if dec else 0.0,
         "decode_batch_max": max(dec) if dec else 0,
@@ -186,11 +188,17 @@ def iteration_summary(observer: RecordingObserver) -> dict[str, Any]:
     }
 
 
-def make_engine(backend: str, config: EngineConfig, voices: dict, observer: RecordingObserver | None) -> AsyncEngine:
-    """An AsyncEngine over already loaded voices (fresh runners and state per run)."""
+def make_engine(backend: str, config: EngineConfig, voices: dict, observer: RecordingObserver | None,
+                counter: Any = None) -> AsyncEngine:
+    """An AsyncEngine over already loaded voices (fresh runners and state per run); `counter` (bench/op_count.py
+    OpCounter): the engine thread counts the operations it dispatches into it."""
     from engine.runner import build_runners
 
     runners = build_runners(config, voices)
+    if counter is not None:
+        from bench.op_count import CountingRunner
+
+        runners = {name: CountingRunner(runner, counter) for name, runner in runners.items()}
     observers = [observer] if observer is not None else []
     if backend == "engine":
         return AsyncEngine(EngineCore(config, runners, observers))
@@ -199,13 +207,13 @@ def make_engine(backend: str, config: EngineConfig, voices: dict, observer: Reco
     return AsyncEngine(make_baseline(backend, config, runners, observers))
 
 
-async def _started(backend: str, streams: int, config: EngineConfig, voices: dict
+async def _started(backend: str, streams: int, config: EngineConfig, voices: dict, counter: Any = None
                    ) -> tuple[AsyncEngine, RecordingObserver | None]:
     """A started backend with room for `streams` live requests (and the engine's iteration recorder)."""
     if streams > config.max_slots + config.max_waiting:
         config = EngineConfig.from_dict({**config.to_dict(), "max_waiting": streams})
     observer = RecordingObserver() if backend == "engine" else None
-    engine = make_engine(backend, config, voices, observer)
+    engine = make_engine(backend, config, voices, observer, counter)
     await engine.start()
     return engine, observer
 
@@ -213,13 +221,18 @@ async def _started(backend: str, streams: int, config: EngineConfig, voices: dic
 async def benchmark(
     config: EngineConfig, voices: dict, voice: str, items: Sequence[tuple[str, list[int]]],
     concurrency: Sequence[int], per_stream: int, backends: Sequence[str],
-    progress: Callable[[dict[str, Any]], None] = lambda row: None,
+    progress: Callable[[dict[str, Any]], None] = lambda row: None, count_ops: bool = False,
 ) -> list[dict[str, Any]]:
-    """Every backend at every concurrency; one result row each."""
+    """Every backend at every concurrency; one result row each. `count_ops`: the row also holds the operations the
+    engine thread dispatched (`ops`: per audio second, per iteration, the most frequent); counting slows the thread,
+    so that run's times are not comparable with an uncounted one."""
+    from bench.op_count import OpCounter
+
     rows = []
     for backend in backends:
         for n in concurrency:
-            engine, observer = await _started(backend, n, config, voices)
+            counter = OpCounter() if count_ops else None
+            engine, observer = await _started(backend, n, config, voices, counter)
             cpu0 = time.process_time()
             records, wall = await run_load(engine, items, n, per_stream, voice, run_tag=f"{backend}-{n}")
             cpu_s = time.process_time() - cpu0
@@ -229,9 +242,22 @@ async def benchmark(
             row["cpu_s_per_audio_s"] = cpu_s / row["audio_s"] if row["audio_s"] else None
             if observer is not None:
                 row["engine"] = iteration_summary(observer)
+            if counter is not None:
+                row["ops"] = op_summary(counter, row["audio_s"], row.get("engine", {}).get("iterations"))
             rows.append(row)
             progress(row)
     return rows
+
+
+def op_summary(counter: Any, audio_s: float, iterations: int | None) -> dict[str, Any]:
+    """Operations an engine thread dispatched while serving: in all, per audio second, per iteration, the top ones."""
+    total = counter.total
+    return {
+        "total": total,
+        "per_audio_s": total / audio_s if audio_s else None,
+        "per_iteration": total / iterations if iterations else None,
+        "top": counter.top(8),
+    }
 
 
 async def paced_benchmark(
@@ -299,6 +325,21 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     return _table(rows, _ASAP_COLUMNS)
 
 
+def format_ops_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The engine thread's host work per row: dispatched operations per audio second and per iteration, rows
+    (decode batch) per iteration, host ms per iteration."""
+    head = (f"{'backend':<16}{'conc':>5}{'ops/audio s':>13}{'ops/iter':>10}{'iters':>7}{'rows/iter':>10}"
+            f"{'ms/iter mean':>13}{'ms/iter p90':>12}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        ops, eng = r.get("ops") or {}, r.get("engine") or {}
+        lines.append(f"{r['backend']:<16}{r['concurrency']:>5}{_fmt(ops.get('per_audio_s')):>13}"
+                     f"{_fmt(ops.get('per_iteration')):>10}{eng.get('iterations', '-'):>7}"
+                     f"{_fmt(eng.get('decode_batch_mean'), digits=1):>10}{_fmt(eng.get('iteration_ms_mean'), digits=1):>13}"
+                     f"{_fmt(eng.get('iteration_ms_p90'), digits=1):>12}")
+    return "\n".join(lines)
+
+
 def _rss_mib() -> float:
     """This process's resident memory in MiB (Linux /proc; 0 elsewhere)."""
     try:
@@ -330,7 +371,7 @@ def machine_info() -> dict[str, Any]:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.engine_load", description=__doc__.splitlines()[0])
-    p.add_argument("--voice", default="baker-zh", help="installed voice name or folder")
+    p.add_argument("--voice", default="baker-zh", help="installed voice name or folder; tiny: tiny random models")
     p.add_argument("--concurrency", default="1,4,8,16,32", help="comma-separated stream counts")
     p.add_argument("--backends", default=",".join(BACKENDS), help="engine,naive,non_incremental")
     p.add_argument("--requests-per-stream", type=int, default=3)
@@ -349,6 +390,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=42, help="realtime: text draw seed (the gRPC bench's default)")
     p.add_argument("--frame-ms", type=int, default=20, help="realtime: frame length of the release")
     p.add_argument("--lead-ms", type=int, default=60, help="realtime: REALTIME lead")
+    p.add_argument("--count-ops", action="store_true",
+                   help="asap: count the operations the engine thread dispatches (per audio second, per iteration; "
+                        "bench/op_count.py) and print host ms per iteration; counting slows the engine")
     p.add_argument("--out", type=Path, default=Path("bench-results/engine.json"))
     return p.parse_args(argv)
 
@@ -373,7 +417,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     })
     frontend = MandarinFrontend()
     # the voice as the config says (an --engine override of device or weights applies to the weights loaded too)
-    voice = load_voice(args.voice, device=config.device, weights=config.weights)
+    if args.voice == "tiny":  # tiny random models with the real interfaces (host work without the arithmetic)
+        from models.voices.bundle import tiny_voice
+
+        voice = tiny_voice(device=config.device)
+    else:
+        voice = load_voice(args.voice, device=config.device, weights=config.weights)
     voices = {args.voice: voice}
     concurrency = [int(x) for x in args.concurrency.split(",") if x]
     backends = [b for b in args.backends.split(",") if b]
@@ -400,11 +449,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         texts = load_texts(args.texts, [c for c in args.classes.split(",") if c])
         items = [(tid, frontend.to_ids(text).ids) for tid, text in texts]
-        rows = asyncio.run(
-            benchmark(config, voices, args.voice, items, concurrency, args.requests_per_stream, backends, progress)
-        )
+        rows = asyncio.run(benchmark(config, voices, args.voice, items, concurrency, args.requests_per_stream,
+                                     backends, progress, count_ops=args.count_ops))
     print()
     print(table(rows))
+    if args.count_ops:
+        print()
+        print(format_ops_table(rows))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     report = {
         "command": " ".join(["python -m bench.engine_load", *(argv if argv is not None else sys.argv[1:])]),

@@ -64,3 +64,51 @@ def test_an_engine_override_of_the_weights_loads_those_weights(monkeypatch) -> N
     with pytest.raises(Loaded):
         bench.main(["--voice", "baker-zh", "--engine", '{"device": "cuda", "cuda_graphs": false}', "--concurrency", "1"])
     assert seen == {"name": "baker-zh", "device": "cuda", "weights": "fp32"}
+
+
+async def test_count_ops_counts_what_the_engine_thread_dispatches_while_serving() -> None:
+    """The counter sits on the engine thread (dispatch modes are per thread) and skips the warm-up: operations per
+    audio second and per iteration are finite and positive, more streams dispatch more in all; off, nothing is
+    counted."""
+    from bench.engine_load import format_ops_table
+
+    voice = make_tiny_voice()
+    config = EngineConfig(voices=("tiny",), max_slots=4, first_chunk_frames=8, chunk_frames=12)
+    items = [("a", [1, 2, 3, 4]), ("b", [5, 6, 7, 8, 9, 10]), ("c", [2, 3])]
+    rows = await benchmark(config, {"tiny": voice}, "tiny", items, [1, 3], 2, ["engine"], count_ops=True)
+    one, three = rows
+    for r in rows:
+        ops = r["ops"]
+        assert ops["total"] > 0 and 0 < ops["per_audio_s"] < float("inf") and ops["per_iteration"] > 0
+        assert ops["total"] == pytest.approx(ops["per_audio_s"] * r["audio_s"])
+        assert ops["top"] and all(n > 0 for _, n in ops["top"])
+        assert r["engine"]["iteration_ms_mean"] > 0
+    assert three["ops"]["total"] > one["ops"]["total"]  # three streams, twice the requests each: more work in all
+    assert "ops/audio s" in format_ops_table(rows)
+    plain = await benchmark(config, {"tiny": voice}, "tiny", items, [1], 1, ["engine"])
+    assert "ops" not in plain[0]
+
+
+def test_the_op_counter_does_not_count_the_main_thread() -> None:
+    import threading
+
+    import torch
+
+    from bench.op_count import OpCounter
+
+    counter = OpCounter()
+    seen = []
+
+    def engine_thread() -> None:
+        counter.__enter__()
+        try:
+            torch.ones(3).add(1)
+            seen.append(counter.total)
+        finally:
+            counter.__exit__(None, None, None)
+
+    t = threading.Thread(target=engine_thread)
+    t.start()
+    t.join()
+    torch.ones(3).mul(2)  # on this thread: not counted
+    assert seen[0] >= 2 and counter.total == seen[0]
