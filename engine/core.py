@@ -177,6 +177,7 @@ class EngineCore:
         self._consecutive_failures = 0
         self._iteration = 0
         self._warmup = True
+        self.warmup_s: dict[str, float] = {}  # voice → seconds its runner's warm-up took (before readiness)
         # heartbeat: when the loop last finished a turn or went to wait, and whether it is waiting now
         self._progress_s = now_s()
         self._loop_turns = 0
@@ -331,8 +332,12 @@ class EngineCore:
             for runner in self.runners.values():
                 runner.enter_thread()
             if self._warmup:
-                for runner in self.runners.values():
+                for voice, runner in self.runners.items():
+                    t0 = now_s()
                     runner.warmup()
+                    self.warmup_s[voice] = now_s() - t0
+                    logger.info("voice %s: warm-up (every decoder graph bucket, every vocoder width at batch 1) "
+                                "took %.2f s", voice, self.warmup_s[voice])
             with self._cond:
                 if self._state is _State.STARTING:
                     self._state = _State.RUNNING

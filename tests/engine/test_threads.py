@@ -53,6 +53,7 @@ def test_enter_thread_runs_on_the_engine_thread_before_warmup() -> None:
     try:
         assert runner.thread_name == "engine-under-test"
         assert runner.warmed
+        assert set(core.warmup_s) == {"fake"} and core.warmup_s["fake"] >= 0.0  # reported per voice
     finally:
         core.stop()
 
