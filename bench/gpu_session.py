@@ -101,7 +101,17 @@ def table(rows: Sequence[dict[str, Any]], paced: bool) -> str:
 
 
 def exactness(voice_name: str, voice: Any, device: torch.device, smoke: bool) -> dict[str, Any]:
-    """bench.gpu_check's parts, smaller in the smoke run."""
+    """bench.gpu_check's parts (fp32 with TF32 off, as it judges them), smaller in the smoke run; TF32 is put back
+    as it was after, so the load parts run with the engine's own settings."""
+    tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    gpu_check.strict_fp32()
+    try:
+        return _exactness(voice_name, voice, device, smoke)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+
+
+def _exactness(voice_name: str, voice: Any, device: torch.device, smoke: bool) -> dict[str, Any]:
     ids = SMOKE_IDS if smoke else gpu_check.utterance_ids(gpu_check.TEXTS)
     steps, batches, repeats = (2, [1, 4], 2) if smoke else (8, [1, 4, 16, 64], 30)
     graphs = gpu_check.check_graphs(voice_name, voice, ids, device, steps, torch.float64)
@@ -219,7 +229,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from engine.threads import serial_torch
     from models.voices.bundle import load_voice
 
-    gpu_check.strict_fp32()
     serial_torch()
     config, note = engine_config(str(device), args.voice, max(levels), args.threads)
     report: dict[str, Any] = {
@@ -232,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(note, flush=True)
     t0 = time.perf_counter()
     voice = load_voice(args.voice, device=config.device, weights=config.weights)
-    exact_voice = load_voice(args.voice, device=str(device), weights="fp32")
+    exact_voice = voice if config.weights == "fp32" else load_voice(args.voice, device=str(device), weights="fp32")
     report["seconds"]["voice_load"] = round(time.perf_counter() - t0, 1)
     voices = {args.voice: voice}
     runs: dict[str, Callable[[], Any]] = {
