@@ -19,13 +19,13 @@ Levels above the engine's shipped `max_slots` (and the server's `max_calls`) are
 top level, through EngineConfig for parts 2–3 and VOXPOOL__ENGINE__MAX_SLOTS / VOXPOOL__SERVER__MAX_CALLS for
 the server; the output says so.
 
-Budget of the defaults (levels 64,128,256; 20 s per paced level; 2 sentences per busy stream):
-voice load and CUDA warm-up ≈ 30 s; exactness ≈ 60 s (graph capture twice, 2000 scripted calls each, timing);
-always busy: 448 streams × 2 sentences ≈ 900 turns, ≈ 3000 s of audio, ≈ 10 s at the 500 ×RT target (+ 3 engine
-starts); paced in process 3 × (20 s + ≤ 10 s for the last turns to finish) ≤ 90 s; gRPC: server start with its
-voice load ≈ 40 s, 2 warm-up turns, 3 × (20 + ≤ 10) s ≤ 90 s, stop ≤ 10 s. Sum ≈ 30 + 60 + 20 + 90 + 140 = 340 s,
-under 6 minutes, leaving room under 8 for a slower start. A paced level runs until its last turns end, so an
-overloaded level takes longer: gRPC levels stop after two failing levels in a row (bench.capacity's rule).
+Budget of the defaults (levels 64,128,256; 20 s per paced level; 2 sentences per busy stream), as allowances:
+voice load and CUDA warm-up 30 s; exactness 60 s (graph capture twice, ≤ 2000 scripted calls each, timing);
+always busy 20 s (448 streams × 2 sentences ≈ 3000 s of audio is 6 s at the 500 ×RT target, plus 3 engine
+starts); paced in process 3 × (20 s + 10 s for the last turns to end) = 90 s; gRPC 140 s (server start with its
+voice load 40 s, 2 warm-up turns, 3 × 30 s, stop 10 s). Sum: 30 + 60 + 20 + 90 + 140 = 340 s, under 6 minutes,
+leaving 2 for a slower start. A paced level runs until its last turns end, so an overloaded level takes longer;
+gRPC levels stop after two failing levels in a row (bench.capacity's rule).
 """
 
 from __future__ import annotations
@@ -83,7 +83,8 @@ def _cell(value: Any, scale: float = 1.0, digits: int = 1) -> str:
 def table(rows: Sequence[dict[str, Any]], paced: bool) -> str:
     """Markdown table of one load part's rows."""
     if paced:
-        head = "| level | turns | errors | chunks on time % | turns filled % | TTFA p50 / p90 ms | ×RT | host CPU s / wall s |"
+        head = ("| level | turns | errors | chunks on time % | turns filled % | TTFA p50 / p90 ms | ×RT "
+                "| host CPU s / wall s |")
     else:
         head = "| level | requests | errors | chunks on time % | ×RT | TTFA p50 / p90 ms | host CPU s / wall s |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
