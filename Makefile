@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.voxpool-installed
 PYTEST_ARGS ?=
 
-.PHONY: serve test test-load install voice bench capacity test-hog clean image test-image
+.PHONY: serve test test-load install voice bench capacity gpu-check test-hog clean image test-image
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -68,6 +68,12 @@ bench: $(STAMP)
 CAPACITY_ARGS ?=
 capacity: $(STAMP)
 	$(PY) -m bench.capacity --json bench-results/capacity.json $(CAPACITY_ARGS)
+
+# The one prepared run for a lent GPU (docs/benchmarks.md, "On a GPU"): exactness, always busy, paced in process and
+# over gRPC at 64/128/256, one JSON; under 8 minutes with these arguments. GPU_CHECK_ARGS="--smoke" for a CPU dry run.
+GPU_CHECK_ARGS ?= --levels 64,128,256 --duration-s 20 --busy-requests 2
+gpu-check: $(STAMP)
+	$(PY) -m bench.gpu_session --out bench-results/gpu-check.json $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache
