@@ -30,10 +30,7 @@ SOAK_S = float(os.environ.get("VOXPOOL_SOAK_S", "300"))
 SOAK_VOICE = os.environ.get("VOXPOOL_SOAK_VOICE", "tiny")
 # Pools, caches and allocator arenas fill up first: the window opens once both have passed (a slow machine takes
 # longer than WARMUP_S for WARMUP_CALLS; the first 10-minute soak on an oversubscribed host grew until call ~35).
-# The real voice's resident memory rises for its first ten minutes under this load (30-minute soak, 2026-11-28:
-# 634 → 662 MiB by 600 s, then +0.60 MiB / 10 min from there to 1800 s; shape-dependent caches and allocator arenas
-# filling, not identified further): its window opens at a third of the run, up to 600 s.
-WARMUP_S = min(120.0, max(30.0, 0.2 * SOAK_S)) if SOAK_VOICE == "tiny" else min(600.0, SOAK_S / 3.0)
+WARMUP_S = min(120.0, max(30.0, 0.2 * SOAK_S))
 WARMUP_CALLS = 60
 MIN_WINDOW_S = 0.5 * (SOAK_S - WARMUP_S)  # shorter: too little time to resolve the bound (machine too slow)
 LANES = 3  # of 4 slots: ~75-80 % of S, the survey's soak load
