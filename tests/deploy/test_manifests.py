@@ -481,7 +481,8 @@ def test_image_invariants(name):
     pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
     pin = re.search(r'"torch==([0-9.]+)"', pyproject).group(1)
     runs = " ".join(a for stage in build for a in _args(stage, "RUN"))
-    assert re.search(rf"pip install --index-url \S+ .*torch=={re.escape(pin)}\b", runs)
+    # torch from an index (the CPU image's may be switched off for a local wheel folder: TORCH_INDEX_URL="")
+    assert re.search(rf"pip install (--index-url|\$\{{TORCH_INDEX_URL:\+--index-url)\S* .*torch=={re.escape(pin)}\b", runs)
     # the voice is installed at build time and copied into the runtime stage
     assert "voxpool voices install baker-zh" in runs
     assert any("--from=build /opt/voxpool/cache /opt/voxpool/cache" in a for a in _args(final, "COPY"))
@@ -516,8 +517,10 @@ def test_image_invariants(name):
 def test_cpu_image_base_and_index():
     stages = dockerfile("Dockerfile.cpu")
     assert ("ARG", "PYTHON_IMAGE=python:3.11-slim") in stages[0]
+    args = dict(a.split("=", 1) for i, a in stages[1] if i == "ARG" and "=" in a)
+    assert args["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"  # the default: PyTorch's CPU index
     runs = " ".join(a for i, a in stages[1] if i == "RUN")
-    assert "https://download.pytorch.org/whl/cpu" in runs
+    assert '${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} torch==2.13.0' in runs
 
 
 def test_cuda_image_base_and_index():
