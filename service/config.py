@@ -75,6 +75,10 @@ class AudioConfig:
     lead_ms: int = 60
     preroll_ms: int = 0
     fade_ms: int = 5
+    # Server side only (no client setting): a turn's playout starts once this much audio is queued, or the turn's
+    # audio ended, or start_wait_ms after its first frame, so that it does not start on a thin buffer.
+    start_buffer_ms: int = 160
+    start_wait_ms: int = 200
 
 
 @dataclass
@@ -271,6 +275,10 @@ def validate(cfg: ServiceConfig) -> None:
         raise ConfigError(f"audio.pacing: {a.pacing!r} is not REALTIME or ASAP")
     if not 0 <= a.lead_ms <= wire.MAX_LEAD_MS:
         raise ConfigError(f"audio.lead_ms: {a.lead_ms} must be within 0..{wire.MAX_LEAD_MS}")
+    for name in ("start_buffer_ms", "start_wait_ms"):
+        value = getattr(a, name)
+        if not 0 <= value <= 2000:
+            raise ConfigError(f"audio.{name}: {value} must be within 0..2000")
     if cfg.server.max_calls < 1:
         raise ConfigError("server.max_calls must be ≥ 1")
     if not 0 < cfg.server.port < 65536 and cfg.server.port != 0:

@@ -20,6 +20,7 @@ MIN_FRAME_MS = wire.MIN_FRAME_MS
 MAX_FRAME_MS = wire.MAX_FRAME_MS
 DEFAULT_LEAD_MS = 60
 DEFAULT_MAX_AHEAD_MS = 2000
+MAX_START_MS = 2000  # start_ms and start_wait_ms are at most this (a turn start held longer is a silence)
 MAX_FRAMES_PER_EVENT = 50
 _EPS_S = 1e-6  # comparisons of clock readings tolerate float rounding of this size
 
@@ -134,6 +135,9 @@ class Pacer(Generic[T]):
     new run: the play clock restarts at that moment and pts jumps by the gap; if the previous run is
     still playing at the gateway, the new one is scheduled right behind it.
 
+    A run waits to start until `start_ms` of audio is queued (or no more is coming, or `start_wait_ms` passed since
+    its first push), unless the previous run still plays (`_start_hold`).
+
     ASAP: every pushed frame is released at once; pts is contiguous; no silence is ever inserted.
 
     Clock readings are seconds (`time.monotonic` by default); pts, frame and lead are milliseconds.
@@ -148,6 +152,8 @@ class Pacer(Generic[T]):
         clock: Callable[[], float] = time.monotonic,
         max_ahead_ms: int = DEFAULT_MAX_AHEAD_MS,
         grace_ms: float | None = None,
+        start_ms: float = 0.0,
+        start_wait_ms: float = 0.0,
     ) -> None:
         self.mode = PacingMode.parse(mode)
         if isinstance(frame_ms, bool) or not isinstance(frame_ms, int) or not MIN_FRAME_MS <= frame_ms <= MAX_FRAME_MS:
@@ -166,8 +172,14 @@ class Pacer(Generic[T]):
             raise PacingConfigError(
                 f"grace_ms must be in 0-min(lead_ms, frame_ms/2) = {min(float(lead_ms), frame_ms / 2.0)}, got {grace_ms!r}"
             )
+        for name, value in (("start_ms", start_ms), ("start_wait_ms", start_wait_ms)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_START_MS:
+                raise PacingConfigError(f"{name} must be in 0-{MAX_START_MS}, got {value!r}")
         self.frame_ms = frame_ms
         self.lead_ms = lead_ms
+        self._start_frames = math.ceil(start_ms / frame_ms - 1e-9)
+        self._start_wait_s = start_wait_ms / 1000.0
+        self._run_pushed_s: float | None = None  # when the first frame of a run not yet started was pushed
         self.max_ahead_ms = max_ahead_ms
         self.grace_ms = float(grace_ms)
         self.clock = clock
@@ -196,6 +208,7 @@ class Pacer(Generic[T]):
             raise PacerClosed("push on a closed pacer")
         if self._idle():
             self._new_run = True
+            self._run_pushed_s = self.clock()
         self._queue.append(item)
         self._expect_more = True
 
@@ -283,6 +296,19 @@ class Pacer(Generic[T]):
         self._next_pts_ms += self.frame_ms
         return action
 
+    def _start_hold(self, now: float) -> float | None:
+        """Until when a run that has not started waits for more audio (None: start now).
+
+        A run starts with `start_ms` of audio queued, or once no more is expected, or `start_wait_ms` after its first
+        push, and only when nothing is left playing: a gateway that starts a turn on a thin buffer (the engine's first
+        chunk after the turn's leading silence was cut can be a few frames) runs dry before the next chunk comes."""
+        if len(self._queue) >= self._start_frames or not self._expect_more:
+            return None
+        if self._anchor is not None and self._play_time(self._next_pts_ms) > now:
+            return None  # the previous run still plays: this one follows it without a gap
+        until = (now if self._run_pushed_s is None else self._run_pushed_s) + self._start_wait_s
+        return until if now + _EPS_S < until else None
+
     def _start_run(self, now: float) -> None:
         self._new_run = False
         self._lead_full = False
@@ -321,6 +347,9 @@ class Pacer(Generic[T]):
             self._in_underrun = False
             return Action(ActionKind.IDLE, at_s=now)
         if self._new_run or self._anchor is None:
+            hold_until = self._start_hold(now)
+            if hold_until is not None:
+                return Action(ActionKind.WAIT, at_s=hold_until)
             self._start_run(now)
         self._skip_missed_slots(now)
         play_s = self._play_time(self._next_pts_ms)

@@ -141,6 +141,7 @@ class CallSession:
         pacer: Pacer[OutFrame] = Pacer(
             s.frame_ms, s.lead_ms, mode=s.pacing, clock=self.deps.clock,
             max_ahead_ms=max(self.limits.max_lookahead_ms, s.lead_ms + s.frame_ms),
+            start_ms=self.cfg.audio.start_buffer_ms, start_wait_ms=self.cfg.audio.start_wait_ms,
         )
         self.outbox.pack_audio(s.frames_per_event)
         sender = self.release.sender = PacedSender(pacer, self.release.send, held=self.outbox)

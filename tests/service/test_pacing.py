@@ -155,6 +155,43 @@ def test_short_first_chunk_does_not_trigger_silence_while_lead_fills() -> None:
     _check_never_early(sent, 200, t0=0.0)
 
 
+def test_a_turn_waits_for_its_start_buffer_instead_of_starting_thin() -> None:
+    """The first chunk after a turn's cut leading silence can be a few frames: started on them, the gateway runs dry
+    before the next chunk; with a start buffer the turn starts once 160 ms is queued and never fills."""
+    pacer, clock = _pacer(20, 60)
+    simulate(pacer, clock, [(0.0, 3), (0.1, 10)], finish_at=0.1)
+    assert pacer.stats.underruns == 1  # no start buffer: three frames, then a gap
+    pacer, clock = _pacer(20, 60, start_ms=160, start_wait_ms=200)
+    sent = simulate(pacer, clock, [(0.0, 3), (0.1, 10)], finish_at=0.1)
+    assert sent[0].at_s == pytest.approx(0.1) and sent[0].pts_ms == 0  # held until 8 frames were queued
+    assert pacer.stats.underruns == 0 and len(sent) == 13
+    _check_never_early(sent, 60, t0=0.1)
+
+
+def test_the_start_hold_is_bounded_and_ends_with_the_audio() -> None:
+    pacer, clock = _pacer(20, 60, start_ms=160, start_wait_ms=200)
+    sent = simulate(pacer, clock, [(0.0, 3), (0.5, 10)], finish_at=0.5)
+    assert sent[0].at_s == pytest.approx(0.2)  # waited start_wait_ms for more, then started
+    pacer, clock = _pacer(20, 60, start_ms=160, start_wait_ms=200)
+    sent = simulate(pacer, clock, [(0.0, 3)], finish_at=0.0)
+    assert [a.at_s for a in sent[:1]] == [0.0] and len(sent) == 3  # a turn shorter than the buffer: at once
+
+
+def test_a_turn_behind_one_still_playing_is_not_held() -> None:
+    pacer, clock = _pacer(20, 60, start_ms=160, start_wait_ms=200)
+    sent = simulate(pacer, clock, [(0.0, 10)], finish_at=0.0)  # plays until 0.2
+    clock.t = 0.15
+    sent += simulate(pacer, clock, [(0.15, 2), (0.3, 10)], finish_at=0.3)
+    nxt = [a for a in sent if a.pts_ms >= 200]
+    assert nxt[0].pts_ms == 200 and nxt[0].at_s == pytest.approx(0.15)  # right behind, no wait for a buffer
+
+
+@pytest.mark.parametrize("kw", [{"start_ms": -1}, {"start_wait_ms": 5000}, {"start_ms": True}])
+def test_start_buffer_values_are_checked(kw) -> None:
+    with pytest.raises(PacingConfigError, match="start"):
+        Pacer(20, 60, **kw)
+
+
 def test_asap_releases_everything_immediately() -> None:
     clock = FakeClock()
     pacer = Pacer(20, 60, mode="asap", clock=clock)
