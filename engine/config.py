@@ -52,7 +52,7 @@ class EngineConfig:
 
     # --- streaming-aware scheduling (engine/scheduler.py)
     urgency_margin_ms: float = 200.0  # urgent when buffered audio < next chunk + this margin
-    max_ramping_streams: int = 6  # first chunks wait while this many streams have sent < 3 chunks (0 = no limit)
+    max_ramping_streams: int = 4  # first chunks wait while this many streams have sent < 3 chunks (0 = no limit)
     max_lead_ms: float = 4000.0  # a streaming row whose decided mel is this far ahead of its call's playback waits
     max_vocode_wait_ms: float = 150.0  # a non-urgent ready chunk waits at most this long for a bigger batch
     min_vocode_batch: int = 4  # non-urgent chunks alone are vocoded once this many are ready (or the wait expires)

@@ -35,9 +35,10 @@ Policy (also in docs/engine.md):
   A smaller non-urgent chunk waits until it is urgent (by then more mel is decided and it is bigger) or
   the decoder is idle. One iteration vocodes at most `max_vocode_frames_per_iteration` frames (the most
   urgent chunk always goes), so the decoder of every stream waits for at most one bounded vocoder call.
-* **Staggered starts.** While a running call is urgent and `max_ramping_streams` chain heads have sent fewer
-  than RAMP_CHUNKS chunks, further fresh first chunks wait: a burst of new calls starts a few at a time, each
-  with enough lead to stay on time, instead of all at once and all late; followers are never held. A held
+* **Staggered starts.** While `max_ramping_streams` chain heads have sent fewer than RAMP_CHUNKS chunks, further
+  fresh first chunks wait: a burst of new calls starts a few at a time, each with enough lead to stay on time,
+  instead of all at once and all late (young streams' buffers are thin, so they make each other late even when
+  no older call is at risk); followers are never held. A held
   first chunk grows with the mel decoded meanwhile; no start is held past MAX_START_HOLD_S after its submission.
 * **Back-pressure.** A request whose stream holds more than `max_unread_audio_ms` of unread audio is not
   scheduled (it keeps its slot); after `stalled_consumer_timeout_ms` paused it fails with ConsumerStalled.
@@ -454,9 +455,9 @@ class Scheduler:
         urgent_jobs.sort(key=lambda j: (not self.is_fresh(j.request), self.buffer_s(j.request, now),
                                         j.request.timings.submitted_s))
         firsts = [j for j in urgent_jobs if self.is_fresh(j.request)]
-        # stagger starts, but only when starting them all could make a running call late: one is urgent already
-        at_risk = any(not self.is_fresh(r) and self.is_urgent(r, now) for r in runnable)
-        if cfg.max_ramping_streams and firsts and at_risk:
+        # stagger starts past max_ramping_streams young streams: a young stream's buffer is thin, so starting more
+        # at once makes the young ones late, not only the running calls
+        if cfg.max_ramping_streams and firsts:
             ramping = sum(1 for r in pool.active() if r.emitted_any and self.is_young(r) and r.end_frame is None)
             room = max(0, cfg.max_ramping_streams - ramping)
             held = {id(j) for j in firsts[room:] if now - j.request.timings.submitted_s < MAX_START_HOLD_S}
