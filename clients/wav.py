@@ -131,8 +131,8 @@ def read_wav_info(source: str | os.PathLike | bytes) -> WavInfo:
     fmt = chunks[b"fmt "]
     if len(fmt) < 16:
         raise WavError(f"fmt chunk of {len(fmt)} bytes is too short")
-    tag, channels, rate, byte_rate, align, bits = struct.unpack("<HHIIHH", fmt[:16])
+    tag, channels, sample_rate_hz, bytes_per_s, align, bits = struct.unpack("<HHIIHH", fmt[:16])
     cb_size = struct.unpack("<H", fmt[16:18])[0] if len(fmt) >= 18 else None
     fact = chunks.get(b"fact")
     fact_samples = struct.unpack("<I", fact[:4])[0] if fact is not None and len(fact) >= 4 else None
-    return WavInfo(tag, channels, rate, byte_rate, align, bits, cb_size, fact_samples, data_bytes, riff_bytes)
+    return WavInfo(tag, channels, sample_rate_hz, bytes_per_s, align, bits, cb_size, fact_samples, data_bytes, riff_bytes)

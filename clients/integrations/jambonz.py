@@ -81,12 +81,12 @@ def sample_rate_from(query_value: str | None, default_hz: int) -> int:
     if not query_value:
         return default_hz
     try:
-        rate = int(query_value)
+        rate_hz = int(query_value)
     except ValueError:
         raise ProtocolError(f"sampleRate {query_value!r} is not a number") from None
-    if rate not in wire.SAMPLE_RATES_HZ:
-        raise ProtocolError(f"sampleRate {rate} is not offered; use {wire.sample_rates_text()}")
-    return rate
+    if rate_hz not in wire.SAMPLE_RATES_HZ:
+        raise ProtocolError(f"sampleRate {rate_hz} is not offered; use {wire.sample_rates_text()}")
+    return rate_hz
 
 
 class _Leg:

@@ -149,10 +149,10 @@ class VoxpoolTTSService(TTSService):
 
     def _turn_options(self):
         """The current rate and volume, sent with each turn's first text (None when both are the voice's own)."""
-        rate, volume = self._settings.speaking_rate, self._settings.volume_db
-        if rate is None and volume is None:
+        speaking_rate, volume = self._settings.speaking_rate, self._settings.volume_db
+        if speaking_rate is None and volume is None:
             return None
-        return turn_options("PLAIN", speaking_rate=rate, volume_db=volume)
+        return turn_options("PLAIN", speaking_rate=speaking_rate, volume_db=volume)
 
     async def _update_settings(self, delta: TTSSettings) -> dict[str, Any]:
         """Rate and volume go with the next turn's first text; a new voice needs a stream with it, opened now and

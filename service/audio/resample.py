@@ -24,9 +24,9 @@ class StreamResampler:
     """
 
     def __init__(self, in_rate_hz: int, out_rate_hz: int, quality: str = "HQ") -> None:
-        for name, rate in (("in_rate_hz", in_rate_hz), ("out_rate_hz", out_rate_hz)):
-            if isinstance(rate, bool) or not isinstance(rate, (int, np.integer)) or rate <= 0:
-                raise AudioFormatError(f"{name} must be a positive integer, got {rate!r}")
+        for name, hz in (("in_rate_hz", in_rate_hz), ("out_rate_hz", out_rate_hz)):
+            if isinstance(hz, bool) or not isinstance(hz, (int, np.integer)) or hz <= 0:
+                raise AudioFormatError(f"{name} must be a positive integer, got {hz!r}")
         if quality not in QUALITIES:
             raise AudioFormatError(f"quality must be one of {QUALITIES}, got {quality!r}")
         self.in_rate_hz = int(in_rate_hz)

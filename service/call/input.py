@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, AsyncIterator, Callable
 
 from protos.voxpool.v1 import tts_pb2 as pb
+from service.call.hooks import TurnTelemetry
 from service.call.turn import Turn, TurnState, Turns
 from service.config import LimitsConfig
 from service.errors import InvalidArgument
@@ -93,7 +94,7 @@ class CallInput:
     """Reads the client's events (text, flush, mark, clear, keepalive, end) and applies each to the call's turns."""
 
     def __init__(self, turns: Turns, outbox: "Outbox", release: "Release", limits: LimitsConfig, max_delta_chars: int,
-                 clock: Callable[[], float], telemetry: object, settings: SessionSettings | None = None):
+                 clock: Callable[[], float], telemetry: TurnTelemetry, settings: SessionSettings | None = None):
         self.turns = turns
         self.settings = settings
         self.outbox = outbox

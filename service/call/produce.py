@@ -12,6 +12,7 @@ import contextlib
 from models.frontend.g2p import LexiconError
 from models.frontend.segmenter import Segment
 from protos.voxpool.v1 import tts_pb2 as pb
+from service.call.hooks import TurnTelemetry
 from service.call.audio_out import TurnAudio
 from service.call.release import Release
 from service.call.ahead import SegmentsAhead
@@ -29,8 +30,8 @@ class Producer:
     """Takes turns in order from `turns.to_produce`; returns once every turn is produced and released."""
 
     def __init__(self, settings: SessionSettings, turns: Turns, synthesis: Synthesis, release: Release,
-                 telemetry: object, nothing_to_say_ends_call: bool = False):
-        self.s = settings
+                 telemetry: TurnTelemetry, nothing_to_say_ends_call: bool = False):
+        self.settings = settings
         # Synthesize: a text with nothing to say is the request's fault (INVALID_ARGUMENT), not a turn's warning
         self.nothing_to_say_ends_call = nothing_to_say_ends_call
         self.turns = turns
@@ -46,7 +47,7 @@ class Producer:
                 await self.produce(turn)
         # every turn produced: wait until the pacer released the rest
         while self.turns.any_active() or self.release.queued_frames:
-            await asyncio.sleep(self.s.frame_ms / 1000.0)
+            await asyncio.sleep(self.settings.frame_ms / 1000.0)
 
     def _chain_head(self) -> str:
         """The engine request a new turn's first segment plays after: the previous turn's last segment while its
@@ -57,7 +58,7 @@ class Producer:
         return last[0] if self.release.queued_frames else ""
 
     async def produce(self, turn: Turn) -> None:
-        audio = TurnAudio(self.s, turn)
+        audio = TurnAudio(self.settings, turn)
         ahead = SegmentsAhead(turn, self.synthesis)
         follows = self._chain_head()
         try:

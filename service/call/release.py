@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Callable
 from protos.voxpool.v1 import tts_pb2 as pb
 from service.audio.fade import fade_out_payload
 from service.audio.framer import silence_frame
+from service.call.hooks import TurnTelemetry
 from service.call.audio_out import FrameWord, OutFrame
 from service.call.turn import Turn, Turns
 from service.paced_sender import PacedSender
@@ -23,8 +24,8 @@ class Release:
     """Owns the call's PacedSender: every frame pushed, released or dropped is accounted to its turn here."""
 
     def __init__(self, settings: SessionSettings, turns: Turns, outbox: "Outbox", clock: Callable[[], float],
-                 telemetry: object):
-        self.s = settings
+                 telemetry: TurnTelemetry):
+        self.settings = settings
         self.turns = turns
         self.outbox = outbox
         self.clock = clock
@@ -63,7 +64,7 @@ class Release:
             last.words.extend(words)
         else:
             if words and last is not None:
-                await self._send_words(turn, turn.last_pts_end_ms - self.s.frame_ms, words)
+                await self._send_words(turn, turn.last_pts_end_ms - self.settings.frame_ms, words)
             await self.turn_done(turn)
 
     async def _send_words(self, turn: Turn, frame_pts_ms: int, words: list[FrameWord]) -> None:
@@ -98,11 +99,11 @@ class Release:
             if turn.active:
                 keep.append(frame)
                 continue
-            fade = (id(turn) not in faded and not frame.silence and turn.audio_frames > 0 and self.s.fade_ms > 0)
+            fade = (id(turn) not in faded and not frame.silence and turn.audio_frames > 0 and self.settings.fade_ms > 0)
             turn.frame_dropped(counted=not fade)
             if fade:  # one short fade-out frame instead of a hard cut
                 faded.add(id(turn))
-                payload = fade_out_payload(frame.payload, self.s.encoding, self.s.sample_rate_hz, self.s.fade_ms)
+                payload = fade_out_payload(frame.payload, self.settings.encoding, self.settings.sample_rate_hz, self.settings.fade_ms)
                 keep.insert(0, OutFrame(payload, turn, turn.released_pos, fade_out=True))
                 turn.frame_queued()
                 turn.fade_out_queued()
@@ -118,7 +119,7 @@ class Release:
         self.tel.turn_cleared(turn)  # telemetry
         await self.outbox.write(pb.ServerEvent(cleared=pb.Cleared(
             turn_id=turn.turn_id, last_pts_ms=turn.last_pts_end_ms, text_spoken=turn.text[: turn.released_pos],
-            text_remaining=turn.text[turn.released_pos:], dropped_audio_ms=turn.dropped_frames * self.s.frame_ms,
+            text_remaining=turn.text[turn.released_pos:], dropped_audio_ms=turn.dropped_frames * self.settings.frame_ms,
         )))
         self.forget(turn)
 
@@ -140,7 +141,7 @@ class Release:
 
     async def send(self, action: Action) -> None:
         """Send the frame the pacer released (or an underrun fill), then what its release makes due."""
-        s = self.s
+        s = self.settings
         end_ms = action.pts_ms + s.frame_ms
         if action.kind is ActionKind.SILENCE:
             turn = self.playing
@@ -182,7 +183,7 @@ class Release:
                 name=name, turn_id=turn.turn_id, pts_ms=turn.last_pts_end_ms)))
         self.tel.turn_done(turn)  # telemetry
         await self.outbox.write(pb.ServerEvent(turn_done=pb.TurnDone(
-            turn_id=turn.turn_id, ttfa_ms=int(round(turn.ttfa_ms or 0.0)), audio_ms=turn.audio_frames * self.s.frame_ms,
+            turn_id=turn.turn_id, ttfa_ms=int(round(turn.ttfa_ms or 0.0)), audio_ms=turn.audio_frames * self.settings.frame_ms,
             underruns=turn.underruns, late_chunks=turn.late_chunks, chunks=turn.chunks,
             ttfs_ms=int(round(turn.ttfs_ms or 0.0)),
         )))

@@ -7,7 +7,7 @@ import dataclasses
 import logging
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Mapping
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Mapping
 
 import numpy as np
 
@@ -30,6 +30,10 @@ from service.timestamps import AlignmentCursor, WordTime
 
 log = logging.getLogger(__name__)
 
+if TYPE_CHECKING:
+    from service.telemetry.calls import CallTelemetry, SegmentTrace
+    from service.telemetry.core import Telemetry
+
 
 @dataclass
 class CallDeps:
@@ -41,7 +45,7 @@ class CallDeps:
     voices: Mapping[str, VoiceEntry]
     cfg: ServiceConfig
     clock: Callable[[], float] = field(default=None)  # type: ignore[assignment]
-    telemetry: Any = None  # service.telemetry.Telemetry; None = no spans, metrics or end-of-call log
+    telemetry: Telemetry | None = None  # None = no spans, metrics or end-of-call log
     _frontends: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -63,9 +67,10 @@ class CallDeps:
 class Synthesis:
     """Turns a call's segments into engine audio; engine errors become the ServiceError the one table says."""
 
-    def __init__(self, deps: CallDeps, settings: SessionSettings, session_id: str, outbox: Outbox, telemetry: Any):
+    def __init__(self, deps: CallDeps, settings: SessionSettings, session_id: str, outbox: Outbox,
+                 telemetry: CallTelemetry):
         self.deps = deps
-        self.s = settings
+        self.settings = settings
         self.session_id = session_id
         self.outbox = outbox
         self.tel = telemetry
@@ -79,7 +84,7 @@ class Synthesis:
         force, or the turn's rate outside every <prosody> (checked and clamped by the SSML reader)."""
         if isinstance(seg, SsmlSegment):
             return seg.speaking_rate
-        return self.s.speaking_rate if turn.speaking_rate is None else turn.speaking_rate
+        return self.settings.speaking_rate if turn.speaking_rate is None else turn.speaking_rate
 
     async def prepare(self, turn: Turn, seg: Segment, follows: str = "", gap_ms: float = 0.0) -> "Prepared | None":
         """Run the frontend (off the loop) and submit the segment to the engine; its audio is read with `stream`.
@@ -92,8 +97,8 @@ class Synthesis:
         """
         loop = asyncio.get_running_loop()
         seg_tel = self.tel.segment_started(turn, seg)  # telemetry
-        frontend = self.deps.frontend_for(self.s.normalize)
-        lexicon = dict(self.s.lexicon)
+        frontend = self.deps.frontend_for(self.settings.normalize)
+        lexicon = dict(self.settings.lexicon)
         if isinstance(seg, SsmlSegment):
             lexicon.update(seg.lexicon)  # an SSML segment's <phoneme> readings win
         try:
@@ -119,7 +124,7 @@ class Synthesis:
         try:
             request = SynthesisRequest(
                 request_id=f"{self.session_id}/{turn.turn_id}/{self._segments}",
-                ids=tuple(result.ids), voice=self.s.voice.name, seed=self.s.seed, options=options,
+                ids=tuple(result.ids), voice=self.settings.voice.name, seed=self.settings.seed, options=options,
                 speaking_rate=self.speaking_rate(turn, seg),  # the engine checks its range too (InvalidRequest)
             )
             stream = self.deps.engine.submit(request)
@@ -144,8 +149,8 @@ class Synthesis:
         first_arrival_s: float | None = None
         received_s = 0.0
         cursor = AlignmentCursor(result.id_source)
-        words = (SegmentWords(seg.text, result.phones, result.id_source, seg.start, self.s.voice.step_samples)
-                 if self.s.word_timestamps else None)
+        words = (SegmentWords(seg.text, result.phones, result.id_source, seg.start, self.settings.voice.step_samples)
+                 if self.settings.word_timestamps else None)
         pos = seg.start
         try:
             async for event in stream:
@@ -186,7 +191,7 @@ class Prepared:
     request_id: str
     frontend: Any  # models.frontend.pipeline.FrontendResult
     stream: Any  # engine.output.OutputStream
-    telemetry: Any
+    telemetry: SegmentTrace
     closed: bool = False
 
     def close(self, turn: Turn) -> None:

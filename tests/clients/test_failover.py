@@ -13,7 +13,7 @@ from clients.client import (Audio, Cleared, Failover, FailoverPolicy, MarkReache
                             VoxpoolClient, VoxpoolError, Words)
 from protos.voxpool.v1 import tts_pb2 as pb
 from protos.voxpool.v1 import tts_pb2_grpc
-from tests.integrations.conftest import TcpProxy
+from tests.tcp_proxy import TcpProxy
 from tests.service.conftest import config_event, running_server
 
 TEXT = "您好，这里是客户服务中心。您的业务正在办理中，请不要挂机。我们马上为您转接人工服务。"

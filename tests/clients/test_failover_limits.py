@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from clients.client import Audio, Cleared, Failover, TurnDone, TurnError, VoxpoolClient, Words
-from tests.clients.proxy import Proxy
+from tests.tcp_proxy import TcpProxy
 from tests.clients.test_failover import WAIT_S, assert_contiguous
 from tests.service.conftest import running_server
 
@@ -23,7 +23,7 @@ def words_after(events: list, at: int, turn_id: str) -> list:
 
 async def test_resent_turns_are_cut_and_paced_for_a_server_with_smaller_limits():
     async with running_server(decoder_steps=60) as first, running_server(decoder_steps=60, limits=SMALL) as second, \
-            Proxy(first.port) as proxy:
+            TcpProxy(first.port) as proxy:
         async with VoxpoolClient(proxy.target, service_config="") as client:
             conv = await asyncio.wait_for(client.converse(pacing="REALTIME", word_timestamps=True), WAIT_S)
             await conv.send_text(A, turn_id="a")  # one delta: within the first server's limits
@@ -61,7 +61,7 @@ async def test_text_refused_for_buffer_space_is_not_spoken_twice_after_a_failove
     text = first_part + second_part + third
     assert len(first_part + second_part) + len(third) > SMALL["max_buffered_chars"]
     async with running_server(decoder_steps=60, limits=SMALL) as first, \
-            running_server(decoder_steps=60, limits=SMALL) as second, Proxy(first.port) as proxy:
+            running_server(decoder_steps=60, limits=SMALL) as second, TcpProxy(first.port) as proxy:
         async with VoxpoolClient(proxy.target, service_config="") as client:
             conv = await asyncio.wait_for(client.converse(pacing="REALTIME", word_timestamps=True), WAIT_S)
             await conv.send_text(first_part, turn_id="a")
@@ -107,7 +107,7 @@ async def test_text_refused_for_buffer_space_is_not_spoken_twice_after_a_failove
 
 async def test_a_clear_does_not_wait_behind_text_held_for_buffer_space():
     async with running_server(decoder_steps=60) as first, running_server(decoder_steps=60, limits=SMALL) as second, \
-            Proxy(first.port) as proxy:
+            TcpProxy(first.port) as proxy:
         async with VoxpoolClient(proxy.target, service_config="") as client:
             conv = await asyncio.wait_for(client.converse(pacing="REALTIME"), WAIT_S)
             await conv.send_text(A, turn_id="a")

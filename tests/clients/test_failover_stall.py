@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from clients.client import Audio, Failover, FailoverPolicy, TurnDone, TurnError, VoxpoolClient, Words
-from tests.clients.proxy import Proxy
+from tests.tcp_proxy import TcpProxy
 from tests.clients.test_failover import TEXT, WAIT_S, assert_contiguous
 from tests.service.conftest import running_server
 
@@ -16,7 +16,7 @@ STALL_S = 0.5
 FRAME_MS = 20
 
 
-async def client_over(*proxies: Proxy, policy: FailoverPolicy) -> VoxpoolClient:
+async def client_over(*proxies: TcpProxy, policy: FailoverPolicy) -> VoxpoolClient:
     """A client balancing round robin over the proxies, each with a ready connection."""
     target = "ipv4:" + ",".join(p.target for p in proxies)
     client = VoxpoolClient(target, options=[("grpc.use_local_subchannel_pool", 1)], failover=policy)
@@ -28,7 +28,7 @@ async def client_over(*proxies: Proxy, policy: FailoverPolicy) -> VoxpoolClient:
 
 async def test_a_frozen_server_mid_turn_is_left_and_the_gap_counts_from_the_last_frame():
     policy = FailoverPolicy(stall_timeout_s=STALL_S)
-    async with running_server(decoder_steps=60) as server, Proxy(server.port) as a, Proxy(server.port) as b:
+    async with running_server(decoder_steps=60) as server, TcpProxy(server.port) as a, TcpProxy(server.port) as b:
         client = await client_over(a, b, policy=policy)
         try:
             conv = await asyncio.wait_for(client.converse(pacing="REALTIME", word_timestamps=True), WAIT_S)
@@ -72,7 +72,7 @@ async def test_a_frozen_server_mid_turn_is_left_and_the_gap_counts_from_the_last
 
 async def test_no_failover_between_turns_nor_while_an_open_turn_waits_for_text():
     policy = FailoverPolicy(stall_timeout_s=0.3)
-    async with running_server(decoder_steps=60) as server, Proxy(server.port) as a:
+    async with running_server(decoder_steps=60) as server, TcpProxy(server.port) as a:
         client = await client_over(a, policy=policy)
         try:
             conv = await asyncio.wait_for(client.converse(pacing="REALTIME"), WAIT_S)

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from tests.integrations.conftest import TcpProxy, require, target
+from tests.integrations.conftest import require, target
+from tests.tcp_proxy import TcpProxy
 
 require("aiohttp")
 require("websockets")

@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from tests.integrations.conftest import TcpProxy, require, target
+from tests.integrations.conftest import require, target
+from tests.tcp_proxy import TcpProxy
 
 require("livekit.agents")
 

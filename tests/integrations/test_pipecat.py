@@ -34,7 +34,8 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor  #
 from pipecat.workers.runner import WorkerRunner  # noqa: E402
 
 from clients.integrations.pipecat_tts import VoxpoolTTSService  # noqa: E402
-from tests.integrations.conftest import TcpProxy, target  # noqa: E402
+from tests.integrations.conftest import target  # noqa: E402
+from tests.tcp_proxy import TcpProxy  # noqa: E402
 
 RATE_HZ = 16000
 WAIT_S = 30.0

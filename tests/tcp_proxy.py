@@ -1,13 +1,16 @@
-"""A loopback TCP proxy for failover tests: `freeze()` stops forwarding on the open connections without closing them
-(a stopped process or a partition: nothing arrives, nothing is refused), `sever()` drops them (a killed process),
-and `upstream_port` may be changed, so that new connections reach another server."""
+"""A loopback TCP proxy in front of a test server, to break the network path on purpose.
+
+`freeze()` holds every byte in both directions until `thaw()` (a stopped process or a partition: the sockets stay
+open, nothing arrives, nothing is refused; connections opened while frozen are held too), `sever()` drops every open
+connection (a killed process), and `upstream_port` may be changed so that new connections reach another server.
+"""
 
 from __future__ import annotations
 
 import asyncio
 
 
-class Proxy:
+class TcpProxy:
     def __init__(self, upstream_port: int):
         self.upstream_port = upstream_port
         self.port = 0
@@ -15,12 +18,13 @@ class Proxy:
         self.connections = 0
         self._server: asyncio.base_events.Server | None = None
         self._open: list[tuple[asyncio.StreamWriter, asyncio.Event]] = []
+        self._frozen = False
 
     @property
     def target(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    async def __aenter__(self) -> "Proxy":
+    async def __aenter__(self) -> "TcpProxy":
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -31,9 +35,16 @@ class Proxy:
         await self._server.wait_closed()
 
     def freeze(self) -> None:
-        """Stop forwarding on every open connection; the sockets stay open."""
+        """Stop forwarding on every connection, open or new, until `thaw()`; the sockets stay open."""
+        self._frozen = True
         for _, running in self._open:
             running.clear()
+
+    def thaw(self) -> None:
+        """Forward again, held bytes first."""
+        self._frozen = False
+        for _, running in self._open:
+            running.set()
 
     def sever(self) -> None:
         """Drop every open connection (frozen ones included)."""
@@ -50,7 +61,8 @@ class Proxy:
             writer.transport.abort()
             return
         running = asyncio.Event()
-        running.set()
+        if not self._frozen:
+            running.set()
         self._open += [(writer, running), (up_writer, running)]
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, down: bool) -> None:
