@@ -14,6 +14,7 @@ from typing import Any, Mapping
 import yaml
 
 from protos.voxpool.v1 import wire
+from service.pacing import MAX_START_MS
 
 ENV_PREFIX = "VOXPOOL__"
 
@@ -277,8 +278,8 @@ def validate(cfg: ServiceConfig) -> None:
         raise ConfigError(f"audio.lead_ms: {a.lead_ms} must be within 0..{wire.MAX_LEAD_MS}")
     for name in ("start_buffer_ms", "start_wait_ms"):
         value = getattr(a, name)
-        if not 0 <= value <= 2000:
-            raise ConfigError(f"audio.{name}: {value} must be within 0..2000")
+        if not 0 <= value <= MAX_START_MS:
+            raise ConfigError(f"audio.{name}: {value} must be within 0..{MAX_START_MS}")
     if cfg.server.max_calls < 1:
         raise ConfigError("server.max_calls must be ≥ 1")
     if not 0 < cfg.server.port < 65536 and cfg.server.port != 0:

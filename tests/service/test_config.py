@@ -42,6 +42,8 @@ def test_unknown_section_from_env():
         ({"VOXPOOL__AUDIO__ENCODING": "L16", "VOXPOOL__AUDIO__SAMPLE_RATE_HZ": "11025"}, r"frame_ms 20 .*use 40"),
         ({"VOXPOOL__AUDIO__FRAME_MS": "25"}, "frame_ms"),
         ({"VOXPOOL__AUDIO__LEAD_MS": "900"}, "lead_ms"),
+        ({"VOXPOOL__AUDIO__START_BUFFER_MS": "5000"}, r"audio.start_buffer_ms: 5000 must be within 0..2000"),
+        ({"VOXPOOL__AUDIO__START_WAIT_MS": "-1"}, "audio.start_wait_ms"),
         ({"VOXPOOL__AUDIO__ENCODING": "OPUS"}, "encoding"),
         ({"VOXPOOL__SERVER__PORT": "abc"}, "server.port"),
         ({"VOXPOOL__ENGINE__WEIGHTS": "int4"}, "weights"),
