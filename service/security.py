@@ -24,7 +24,9 @@ HEALTH_PREFIX = "/grpc.health.v1.Health/"  # open without a token: probes cannot
 TTS_PREFIX = "/voxpool.v1.Tts/"
 CACHE_ADMIN_PREFIX = "/voxpool.v1.CacheAdmin/"
 GUARDED_PREFIXES = (TTS_PREFIX, CACHE_ADMIN_PREFIX)  # tenant permissions, text rate, tenant visible to admission
-_REFUSAL_WAIT_S = 0.02
+# A refused call reads the client's writes this long first (grpc/grpc#36066); beside a CPU hog a first write took
+# more than 20 ms, and the overload refusal then reached the client as INTERNAL
+REFUSAL_WAIT_S = 0.1
 _NEXT_WRITE_WAIT_S = 0.005
 _tenant: contextvars.ContextVar[str] = contextvars.ContextVar("voxpool_tenant", default="")
 
@@ -115,7 +117,7 @@ def _lenient(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], A
     return parse
 
 
-async def before_refusal(request_iterator: Any, budget_s: float = _REFUSAL_WAIT_S) -> None:
+async def before_refusal(request_iterator: Any, budget_s: float = REFUSAL_WAIT_S) -> None:
     """Read (and drop) what the client is sending, until it half-closes or `budget_s` passes.
 
     Python aio clients whose write is still in flight when the call ends report INTERNAL "Internal error

@@ -77,9 +77,6 @@ class ControlLimit:
                 "send fewer (a mark per word or sentence, not per token), and send a dropped flush or clear again")
 
 
-REFUSAL_WAIT_S = 0.1  # a call refused for what the client sent waits this long for its next write (grpc/grpc#36066)
-
-
 async def refuse_after_writes(events: AsyncIterator[pb.ClientEvent]) -> None:
     """Before a call ends with INVALID_ARGUMENT: let the client's writes already on their way land.
 
@@ -87,7 +84,7 @@ async def refuse_after_writes(events: AsyncIterator[pb.ClientEvent]) -> None:
     server's status (grpc/grpc#36066): seen beside a CPU hog for a refused config and for a second config, each
     with the client's End still in flight.
     """
-    await before_refusal(events, REFUSAL_WAIT_S)
+    await before_refusal(events)
 
 
 class CallInput:
