@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from engine.config import EngineConfig
-from engine.core import EngineCore, Health, StreamSink, validate_request
+from engine.core import EngineCore, Health, StreamSink, runner_for, validate_request
 from engine.errors import EngineDead, EngineStopped, InvalidRequest, RequestFailed
 from engine.pool import AdmissionGate
 from engine.request import AudioChunk, FinishReason, RequestTimings, SynthesisRequest, now_s
@@ -50,10 +50,7 @@ class _Baseline:
         self._state = "new"
 
     def runner(self, voice: str) -> TorchRunner:
-        runner = self.runners.get(voice or self.default_voice)
-        if runner is None:
-            raise InvalidRequest(f"unknown voice {voice!r}; this engine serves {sorted(self.runners)}")
-        return runner
+        return runner_for(self.runners, self.default_voice, voice)
 
     def sample_rate_hz(self, voice: str) -> int:
         """Output sample rate of a voice ('' = default)."""

@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from models.strict_config import known_fields
+
 _DEVICES = ("cpu", "cuda")
 _DTYPES = ("float32", "bfloat16", "float16")
 _WEIGHTS = ("fp32", "int8", "bf16")
@@ -151,12 +153,9 @@ class EngineConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "EngineConfig":
         """Build from a mapping (YAML section); unknown keys and wrongly typed values raise ValueError."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - set(fields))
-        if unknown:
-            raise ValueError(f"engine: unknown keys {unknown}; known keys: {sorted(fields)}")
         defaults = cls()
-        kwargs = {name: _coerce(name, value, getattr(defaults, name)) for name, value in data.items()}
+        kwargs = {name: _coerce(name, value, getattr(defaults, name))
+                  for name, value in known_fields(cls, data, ValueError, "engine").items()}
         return cls(**kwargs)
 
     def to_dict(self) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import enum
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 import numpy as np
 
@@ -106,6 +106,17 @@ class ModuleResult:
 
 class _TooManyFailures(RuntimeError):
     """Consecutive failed batches passed max_consecutive_failures: the device or models are broken."""
+
+
+R = TypeVar("R")
+
+
+def runner_for(runners: Mapping[str, R], default_voice: str, voice: str) -> R:
+    """The runner of a voice name ('' = `default_voice`); InvalidRequest naming the served voices when unknown."""
+    runner = runners.get(voice or default_voice)
+    if runner is None:
+        raise InvalidRequest(f"unknown voice {voice!r}; this engine serves {sorted(runners)}")
+    return runner
 
 
 def validate_request(spec: SynthesisRequest, runner: ModuleRunner) -> None:
@@ -215,10 +226,7 @@ class EngineCore:
 
     def voice_runner(self, voice: str) -> ModuleRunner:
         """The runner for a voice name ('' = the default voice); InvalidRequest when unknown."""
-        runner = self.runners.get(voice or self.default_voice)
-        if runner is None:
-            raise InvalidRequest(f"unknown voice {voice!r}; this engine serves {sorted(self.runners)}")
-        return runner
+        return runner_for(self.runners, self.default_voice, voice)
 
     def sample_rate_hz(self, voice: str) -> int:
         """Output sample rate of a voice ('' = default)."""
@@ -496,7 +504,7 @@ class EngineCore:
                 output = runner.vocode([
                     VocodeJob(slot=j.request.slot, start_frame=j.start_frame, end_frame=j.end_frame,
                               utterance_frames=j.request.end_frame, first=j.start_frame == 0, last=j.last,
-                              rate=j.request.spec.speaking_rate)
+                              speaking_rate=j.request.spec.speaking_rate)
                     for j in call.jobs
                 ])
                 if len(output) != len(call.jobs):
@@ -562,8 +570,8 @@ class EngineCore:
             # the decoder steps whose audio starts in this chunk (the vocoder returns audio later than the
             # frames fed, and chunk edges need not fall on frame edges)
             # (and the speaking rate scales step lengths)
-            rate = request.spec.speaking_rate
-            lo, hi = (min(len(request.peaks), steps_started_before(n, hop, r_frames, rate))
+            speaking_rate = request.spec.speaking_rate
+            lo, hi = (min(len(request.peaks), steps_started_before(n, hop, r_frames, speaking_rate))
                       for n in (request.samples_emitted, request.samples_emitted + samples.size))
             # the steps decided past this chunk (whole steps of decided frames: a trailing trim cannot remove them)
             ahead = max(hi, min(len(request.peaks), request.frames_decided // r_frames, hi + MAX_AHEAD_STEPS))
@@ -574,11 +582,11 @@ class EngineCore:
                     input_positions=np.asarray(request.peaks[lo:hi], dtype=np.int32),
                     first=first,
                     sample_rate_hz=runner.timing.sample_rate_hz,
-                    step_start_samples=np.array([step_start_sample(k, hop, r_frames, rate) for k in range(lo, hi)],
+                    step_start_samples=np.array([step_start_sample(k, hop, r_frames, speaking_rate) for k in range(lo, hi)],
                                                 dtype=np.int64),
                     ahead_positions=np.asarray(request.peaks[hi:ahead], dtype=np.int32),
                     ahead_step_start_samples=np.array(
-                        [step_start_sample(k, hop, r_frames, rate) for k in range(hi, ahead)], dtype=np.int64),
+                        [step_start_sample(k, hop, r_frames, speaking_rate) for k in range(hi, ahead)], dtype=np.int64),
                 )
             )
             if first:

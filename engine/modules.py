@@ -39,7 +39,7 @@ class VocodeJob:
     utterance_frames: int | None
     first: bool
     last: bool
-    rate: float = 1.0  # the request's speaking rate
+    speaking_rate: float = 1.0  # the request's speaking rate
 
 
 class ModuleRunner(Protocol):

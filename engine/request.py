@@ -56,11 +56,11 @@ class SynthesisRequest:
     def __post_init__(self) -> None:
         object.__setattr__(self, "ids", tuple(int(i) for i in self.ids))
         lo, hi = RATE_RANGE
-        rate = self.speaking_rate
-        if not isinstance(rate, (int, float)) or not lo <= rate <= hi:  # NaN fails too
-            raise InvalidRequest(f"speaking_rate {rate!r} is out of range; use {lo:g} to {hi:g} (1.0 = natural rate)",
+        speaking_rate = self.speaking_rate
+        if not isinstance(speaking_rate, (int, float)) or not lo <= speaking_rate <= hi:  # NaN fails too
+            raise InvalidRequest(f"speaking_rate {speaking_rate!r} is out of range; use {lo:g} to {hi:g} (1.0 = natural rate)",
                                  request_id=self.request_id)
-        object.__setattr__(self, "speaking_rate", float(rate))
+        object.__setattr__(self, "speaking_rate", float(speaking_rate))
 
 
 class FinishReason(str, enum.Enum):

@@ -201,11 +201,11 @@ class TorchRunner:
     def _decoder_end(job: VocodeJob) -> int:
         """Decoder frames (mel_after) a job's vocoder frames read: the same frames at rate 1, the tempo change's
         inputs otherwise (all of the utterance for its last chunk)."""
-        if job.rate == 1.0:
+        if job.speaking_rate == 1.0:
             return job.end_frame
         if job.last and job.utterance_frames is not None:
             return job.utterance_frames
-        return input_frames_needed(job.end_frame, job.rate)
+        return input_frames_needed(job.end_frame, job.speaking_rate)
 
     def _postnet(self, jobs: Sequence[VocodeJob]) -> None:
         """Bring each job's mel_after up to the decoder frame its vocoder frames read (engine/postnet.py): a finished
@@ -233,13 +233,14 @@ class TorchRunner:
         index: list[int] = []
         for i in live:
             job = jobs[i]
-            if job.rate == 1.0:
+            if job.speaking_rate == 1.0:
                 continue
             if job.first:
-                self.scaler.start(job.slot, job.rate)
-            if self.scaler.made[job.slot] != job.start_frame or self.scaler.rate[job.slot] != job.rate:
+                self.scaler.start(job.slot, job.speaking_rate)
+            if self.scaler.made[job.slot] != job.start_frame or self.scaler.speaking_rate[job.slot] != job.speaking_rate:
                 raise RuntimeError(f"slot {job.slot}: tempo change at frame {self.scaler.made[job.slot]} "
-                                   f"(rate {self.scaler.rate[job.slot]:g}), job starts at {job.start_frame} (rate {job.rate:g})")
+                                   f"(rate {self.scaler.speaking_rate[job.slot]:g}), job starts at {job.start_frame} "
+                                   f"(rate {job.speaking_rate:g})")
             fed = self.scaler.fed[job.slot]
             frames = self.mel_after[job.slot, fed: max(fed, self._decoder_end(job))]
             rows.append(ScaleRow(job.slot, frames, job.end_frame - job.start_frame, final=job.last))

@@ -178,7 +178,7 @@ class Scheduler:
             for request, since in plan.ready_since:
                 request.ready_since_s = since
 
-    def decode_steps(self, voice: str, now: float, ramping: bool = False, rate: float = 1.0) -> int:
+    def decode_steps(self, voice: str, now: float, ramping: bool = False, speaking_rate: float = 1.0) -> int:
         """Decoder steps for this iteration's call: enough to keep pace with playback since the previous call.
 
         A step yields r frames (r·frame_s of audio). After an iteration that also vocoded (tens of ms), one
@@ -193,7 +193,7 @@ class Scheduler:
         last = self._last_decode_s.get(voice)  # written by commit(), not here: planning twice plans the same
         if last is None:
             return cfg.decode_steps_per_iteration
-        step_s = vt.frame_s * vt.reduction_factor / rate
+        step_s = vt.frame_s * vt.reduction_factor / speaking_rate
         pace = cfg.decode_pace * (2.0 if ramping else 1.0)
         wanted = math.ceil(pace * (now - last) / step_s - 1e-9)
         return max(cfg.decode_steps_per_iteration, min(cfg.max_decode_steps_per_iteration, wanted))

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.mb_melgan import EmptyMelError
+from models.strict_config import known_fields
 from models.vocoder_base import ConfiguredVocoder
 
 log = logging.getLogger(__name__)
@@ -85,13 +86,7 @@ class HiFiGANConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HiFiGANConfig:
         """Build from a JSON-style dict of this class's fields; unknown keys are rejected."""
-        if not isinstance(data, dict):
-            raise HiFiGANConfigError(f"config must be a dict, got {type(data).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise HiFiGANConfigError(f"unknown HiFi-GAN config keys: {unknown} (known: {sorted(known)})")
-        return cls(**data)
+        return cls(**known_fields(cls, data, HiFiGANConfigError, "HiFi-GAN config"))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -144,13 +139,13 @@ class HiFiGANConfig:
             return sum(d * half + (half if self.resblock == "1" else 0) for d in dilations)
 
         reach = 3.0  # conv_pre, kernel 7
-        rate = 1
+        total_upsampling = 1
         widest = max(block_reach(k, d) for k, d in zip(self.resblock_kernel_sizes, self.resblock_dilation_sizes))
         for u, k in zip(self.upsample_rates, self.upsample_kernel_sizes):
-            reach += (k / u + 1) / rate
-            rate *= u
-            reach += widest / rate
-        reach += 3 / rate  # conv_post, kernel 7
+            reach += (k / u + 1) / total_upsampling
+            total_upsampling *= u
+            reach += widest / total_upsampling
+        reach += 3 / total_upsampling  # conv_post, kernel 7
         return math.ceil(reach)
 
 

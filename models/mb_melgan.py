@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.pqmf import PQMFSynthesis
+from models.strict_config import known_fields
 from models.vocoder_base import ConfiguredVocoder
 
 log = logging.getLogger(__name__)
@@ -73,13 +74,7 @@ class MBMelGANConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MBMelGANConfig:
         """Build from a JSON-style dict; unknown keys are rejected."""
-        if not isinstance(data, dict):
-            raise MBMelGANConfigError(f"config must be a dict, got {type(data).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise MBMelGANConfigError(f"unknown MB-MelGAN config keys: {unknown} (known: {sorted(known)})")
-        kwargs = dict(data)
+        kwargs = known_fields(cls, data, MBMelGANConfigError, "MB-MelGAN config")
         for name in ("upsample_scales", "stack_dilations"):
             if name in kwargs and isinstance(kwargs[name], list):
                 kwargs[name] = tuple(kwargs[name])
@@ -117,11 +112,11 @@ class MBMelGANConfig:
         """
         need = (self.kernel_size - 1) // 2 + 1
         stack_pad = max(self.stack_dilations) * (self.stack_kernel_size - 1) // 2
-        rate = 1
+        total_upsampling = 1
         for scale in self.upsample_scales:
-            rate *= scale
-            need = max(need, stack_pad // rate + 1)
-        return max(need, (self.kernel_size - 1) // 2 // rate + 1)  # the last conv's pad at the full sub-band rate
+            total_upsampling *= scale
+            need = max(need, stack_pad // total_upsampling + 1)
+        return max(need, (self.kernel_size - 1) // 2 // total_upsampling + 1)  # the last conv's pad at the full sub-band rate
 
 
     @property
@@ -132,14 +127,14 @@ class MBMelGANConfig:
         dilated stacks, the last conv and the PQMF filter (taps/2 full-rate samples, +1 sub-band sample).
         """
         reach = (self.kernel_size - 1) / 2
-        rate = 1
+        total_upsampling = 1
         stack_reach = sum(d * (self.stack_kernel_size - 1) / 2 for d in self.stack_dilations)
         for scale in self.upsample_scales:
-            reach += 2 / rate
-            rate *= scale
-            reach += stack_reach / rate
-        reach += (self.kernel_size - 1) / 2 / rate
-        reach += (self.pqmf_taps / 2 / self.subbands + 1) / rate
+            reach += 2 / total_upsampling
+            total_upsampling *= scale
+            reach += stack_reach / total_upsampling
+        reach += (self.kernel_size - 1) / 2 / total_upsampling
+        reach += (self.pqmf_taps / 2 / self.subbands + 1) / total_upsampling
         return math.ceil(reach)
 
 

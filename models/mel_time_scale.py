@@ -28,18 +28,18 @@ from models.transfer import device_tensor
 CARRY_FRAMES = 2  # input frames a row keeps: the next output reads at most two frames back from the last fed
 
 
-def check_rate(rate: float) -> float:
+def check_rate(speaking_rate: float) -> float:
     """A rate within RATE_RANGE as float; ValueError naming the range otherwise (NaN included)."""
     lo, hi = RATE_RANGE
-    if not lo <= rate <= hi:
-        raise ValueError(f"speaking rate {rate!r} is out of range; use {lo:g} to {hi:g} (1.0 = natural rate)")
-    return float(rate)
+    if not lo <= speaking_rate <= hi:
+        raise ValueError(f"speaking rate {speaking_rate!r} is out of range; use {lo:g} to {hi:g} (1.0 = natural rate)")
+    return float(speaking_rate)
 
 
-def _positions(first_out: int, n_out: int, rate: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _positions(first_out: int, n_out: int, speaking_rate: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(⌊p_j⌋ int64 [n], frac(p_j) float64 [n]) for outputs j = first_out … first_out + n − 1."""
     j = torch.arange(first_out, first_out + n_out, dtype=torch.float64)
-    p = j * float(rate)
+    p = j * float(speaking_rate)
     base = torch.floor(p)
     return base.long(), p - base
 
@@ -49,12 +49,12 @@ def _lerp(a: torch.Tensor, b: torch.Tensor, frac: torch.Tensor) -> torch.Tensor:
     return torch.lerp(a, b, frac.to(a.dtype).unsqueeze(-1).expand_as(a))
 
 
-def time_scale(mel: torch.Tensor, rate: float) -> torch.Tensor:
+def time_scale(mel: torch.Tensor, speaking_rate: float) -> torch.Tensor:
     """Whole-utterance tempo change: mel [N, M] → [output_frames(N, rate), M] (rate 1: a copy of mel)."""
-    rate = check_rate(rate)
+    speaking_rate = check_rate(speaking_rate)
     n = mel.shape[0]
-    m = output_frames(n, rate)
-    base, frac = _positions(0, m, rate)
+    m = output_frames(n, speaking_rate)
+    base, frac = _positions(0, m, speaking_rate)
     nxt = torch.clamp(base + 1, max=n - 1)
     return _lerp(mel[base.to(mel.device)], mel[nxt.to(mel.device)], frac.to(mel.device))
 
@@ -82,15 +82,15 @@ class MelTimeScaler:
         self.slots, self.n_mels = slots, n_mels
         self.device = torch.device(device)
         self.carry = torch.zeros(slots, CARRY_FRAMES, n_mels, device=self.device, dtype=dtype)
-        self.rate = [1.0] * slots
+        self.speaking_rate = [1.0] * slots
         self.fed = [0] * slots  # input frames fed per slot
         self.made = [0] * slots  # output frames returned per slot
         self.ended = [False] * slots
 
-    def start(self, slot: int, rate: float) -> None:
+    def start(self, slot: int, speaking_rate: float) -> None:
         """A new utterance in `slot` at `rate` (forgets the slot's previous one)."""
         self.reset([slot])
-        self.rate[slot] = check_rate(rate)
+        self.speaking_rate[slot] = check_rate(speaking_rate)
 
     def reset(self, slots: Sequence[int]) -> None:
         """Forget these slots' utterances (release, cancel, failed batch): rate 1, nothing fed, carry zeroed."""
@@ -98,16 +98,16 @@ class MelTimeScaler:
             return
         self.carry.index_fill_(0, device_tensor(slots, self.device), 0)
         for s in slots:
-            self.rate[s], self.fed[s], self.made[s], self.ended[s] = 1.0, 0, 0, False
+            self.speaking_rate[s], self.fed[s], self.made[s], self.ended[s] = 1.0, 0, 0, False
 
     def needed(self, slot: int, n_out_total: int) -> int:
         """Input frames the slot must have been fed (in total) for outputs [0, n_out_total) while it goes on."""
-        return input_frames_needed(n_out_total, self.rate[slot])
+        return input_frames_needed(n_out_total, self.speaking_rate[slot])
 
     def available(self, slot: int, n_in_total: int, final: bool) -> int:
         """Outputs (in total) the slot can make once fed n_in_total input frames (`final`: that is all of them)."""
-        rate = self.rate[slot]
-        return output_frames(n_in_total, rate) if final else ready_output_frames(n_in_total, rate)
+        speaking_rate = self.speaking_rate[slot]
+        return output_frames(n_in_total, speaking_rate) if final else ready_output_frames(n_in_total, speaking_rate)
 
     def step(self, rows: Sequence[ScaleRow]) -> list[torch.Tensor]:
         """Feed each row its new input frames; return exactly `n_out` next output frames per row ([n_out, M] each).
@@ -138,7 +138,7 @@ class MelTimeScaler:
             cat[b, :CARRY_FRAMES] = self.carry[s]
             cat[b, CARRY_FRAMES: CARRY_FRAMES + n_in] = row.frames.to(cat.dtype)
             if row.n_out:
-                base, frac = _positions(self.made[s], row.n_out, self.rate[s])
+                base, frac = _positions(self.made[s], row.n_out, self.speaking_rate[s])
                 origin = self.fed[s] - CARRY_FRAMES  # input index of cat[b, 0]
                 if int(base[0]) < max(origin, 0):
                     raise TimeScaleError(f"slot {s}: output {self.made[s]} reads input {int(base[0])}, dropped already: "

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from models.strict_config import known_fields
 
 log = logging.getLogger(__name__)
 
@@ -96,11 +97,7 @@ class Tacotron2Config:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Tacotron2Config:
         """Build from a JSON-style dict; unknown keys raise Tacotron2ConfigError."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise Tacotron2ConfigError(f"unknown Tacotron2Config keys {unknown}; known keys are {sorted(known)}")
-        return cls(**data)
+        return cls(**known_fields(cls, data, Tacotron2ConfigError, "Tacotron2Config"))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable dict (tuples become lists)."""

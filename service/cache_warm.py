@@ -17,7 +17,7 @@ from protos.voxpool.v1 import tts_pb2 as pb
 from service.call import CallDeps, CallSession
 from service.errors import InvalidArgument, ServiceError
 from service.servicer import synthesize_events
-from service.session import spans_from_proto
+from service.negotiation import spans_from_proto
 from service.telemetry.privacy import message_detail
 
 log = logging.getLogger(__name__)

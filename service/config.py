@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from models.strict_config import known_fields
 from protos.voxpool.v1 import wire
 from service.pacing import MAX_START_MS
 
@@ -207,10 +208,7 @@ def _coerce(value: Any, typ: Any, where: str) -> Any:
 
 def _build(cls: type, data: Mapping[str, Any], where: str) -> Any:
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ConfigError(f"{where or 'config'}: unknown key(s) {unknown}; known: {sorted(names)}")
+    data = known_fields(cls, data, ConfigError, where or "config")
     kwargs = {k: _coerce(v, hints[k], f"{where}.{k}" if where else k) for k, v in data.items()}
     return cls(**kwargs)
 

@@ -21,7 +21,7 @@ from service.call.input import turn_options
 from service.errors import InvalidArgument, ServiceError, status_for
 from service.language import matches as language_matches
 from service.security import before_refusal, current_tenant
-from service.session import spans_from_proto
+from service.negotiation import spans_from_proto
 from service.ssml import SsmlError, parse_ssml
 from service.telemetry import traced_call
 from service.telemetry.privacy import error_detail
@@ -225,7 +225,7 @@ def synthesize_events(request: pb.SynthesizeRequest) -> list[pb.ClientEvent]:
 
 def voice_entries(engine_voices: dict[str, Any], default: str) -> dict:
     """VoiceEntry per loaded voice (from models.voices.bundle.Voice objects)."""
-    from service.session import VoiceEntry
+    from service.negotiation import VoiceEntry
 
     out = {}
     for name, v in engine_voices.items():

@@ -15,7 +15,7 @@ from models.speech_edges import speech_onset
 from service.audio.fade import FadeIn
 from service.audio.framer import Framer, silence_frame
 from service.audio.resample import StreamResampler
-from service.session import SessionSettings, gain_of_db
+from service.negotiation import SessionSettings, gain_of_db
 from service.ssml import SsmlSegment
 from service.timestamps import WordTime
 

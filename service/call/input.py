@@ -10,7 +10,7 @@ from service.call.turn import Turn, TurnState, Turns
 from service.config import LimitsConfig
 from service.errors import InvalidArgument
 from service.security import before_refusal
-from service.session import SessionSettings, checked_speaking_rate, checked_volume_db, spans_from_proto
+from service.negotiation import SessionSettings, checked_speaking_rate, checked_volume_db, spans_from_proto
 from service.ssml import SsmlStream, SsmlTurnText
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ class TokenBucket:
     """A rate limit: `rate_per_s` sustained, bursts of `burst` (default twice the rate)."""
 
     def __init__(self, rate_per_s: float, clock: Callable[[], float], burst: float | None = None):
-        self.rate = rate_per_s
+        self.rate_per_s = rate_per_s
         self.capacity = 2.0 * rate_per_s if burst is None else burst
         self.tokens = self.capacity
         self.clock = clock
@@ -30,7 +30,7 @@ class TokenBucket:
 
     def take(self) -> bool:
         now = self.clock()
-        self.tokens = min(self.capacity, self.tokens + (now - self.last) * self.rate)
+        self.tokens = min(self.capacity, self.tokens + (now - self.last) * self.rate_per_s)
         self.last = now
         if self.tokens >= 1.0:
             self.tokens -= 1.0
@@ -198,9 +198,9 @@ class CallInput:
     def _ssml_reader(self, turn: Turn, checked: dict) -> SsmlTurnText:
         """The SSML reader of a new turn: outside every <prosody>, the turn's rate and volume (else the session's)."""
         s = self.settings
-        rate = checked["speaking_rate"] if checked["speaking_rate"] is not None else (s.speaking_rate if s else 1.0)
+        speaking_rate = checked["speaking_rate"] if checked["speaking_rate"] is not None else (s.speaking_rate if s else 1.0)
         volume = checked["volume_db"] if checked["volume_db"] is not None else (s.volume_db if s else 0.0)
-        return SsmlTurnText(turn.segmenter, SsmlStream(base_rate=rate, base_volume_db=volume))
+        return SsmlTurnText(turn.segmenter, SsmlStream(base_speaking_rate=speaking_rate, base_volume_db=volume))
 
     def _refused_text(self, turn_id: str, turn: Turn | None) -> bool:
         """True for text of the SSML turn refused before its text ended (dropped: the error was reported once),

@@ -19,7 +19,7 @@ from service.call.ahead import SegmentsAhead
 from service.call.synthesis import Synthesis
 from service.call.turn import Turn, Turns, TurnState
 from service.errors import InvalidArgument, TurnFailed
-from service.session import SessionSettings
+from service.negotiation import SessionSettings
 from service.ssml import Pause, SsmlError, SsmlWarning
 
 

@@ -14,7 +14,7 @@ from service.call.audio_out import FrameWord, OutFrame
 from service.call.turn import Turn, Turns
 from service.paced_sender import PacedSender
 from service.pacing import Action, ActionKind, packed_margin_ms
-from service.session import SessionSettings
+from service.negotiation import SessionSettings
 
 if TYPE_CHECKING:
     from service.call.outbox import Outbox

@@ -21,7 +21,7 @@ from service.call.turn import Turns
 from service.errors import InvalidArgument, SessionExpired
 from service.paced_sender import PacedSender
 from service.pacing import MAX_FRAMES_PER_EVENT, Pacer
-from service.session import SessionSettings, negotiate
+from service.negotiation import SessionSettings, negotiate
 from service.telemetry import bind_call
 from service.version import VERSION
 

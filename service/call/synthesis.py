@@ -24,7 +24,7 @@ from service.call.words import SegmentWords
 from service.config import ServiceConfig
 from service.errors import TurnFailed, in_call
 from service.pacing import engine_deadline_margin_ms
-from service.session import SessionSettings, VoiceEntry
+from service.negotiation import SessionSettings, VoiceEntry
 from service.ssml import SsmlSegment
 from service.timestamps import AlignmentCursor, WordTime
 

@@ -33,14 +33,14 @@ def _is_cjk(c: str) -> bool:
 class Builder(ElementHandlers):
     """The parser's target: turns expat callbacks into events (one instance per document)."""
 
-    def __init__(self, limits: SsmlLimits, base_rate: float, base_volume_db: float | None) -> None:
+    def __init__(self, limits: SsmlLimits, base_speaking_rate: float, base_volume_db: float | None) -> None:
         self.limits = limits
         self.expat = None  # set by SsmlStream: the pyexpat parser, for positions
         self.stack: list[Frame] = []
         self.elements = 0
         self.root_seen = False
         self.root_closed = False
-        self.base_rate = base_rate
+        self.base_speaking_rate = base_speaking_rate
         self.base_volume_db = base_volume_db
         self.events: list[Event] = []
         self.text_len = 0  # code points released so far
@@ -50,7 +50,7 @@ class Builder(ElementHandlers):
         self.pending_space = False
         self.total_break_ms = 0
         self.last_cut_pos = -1
-        self.prosody_emitted: tuple[float, float | None] = (base_rate, base_volume_db)
+        self.prosody_emitted: tuple[float, float | None] = (base_speaking_rate, base_volume_db)
         self.prosody_wanted = self.prosody_emitted  # applied at the next character (no empty ranges)
         self.warned: set[str] = set()
         self.n_warnings = 0
@@ -149,9 +149,9 @@ class Builder(ElementHandlers):
             attrib = {k: v for k, v in attrib.items() if k not in declared}
         prefix, _, local = tag.rpartition(":")
         ns = prefixes.get(prefix) if prefix else prefixes.get("", "")
-        rate = parent.rate if parent else self.base_rate
+        speaking_rate = parent.speaking_rate if parent else self.base_speaking_rate
         volume = parent.volume_db if parent else self.base_volume_db
-        frame = Frame(local, at[0], at[1], rate, volume, silent=bool(parent and parent.silent), tag=tag,
+        frame = Frame(local, at[0], at[1], speaking_rate, volume, silent=bool(parent and parent.silent), tag=tag,
                       prefixes=prefixes)
         ours = ns in ("", SSML_NS)
         if not self.root_seen:

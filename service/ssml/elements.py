@@ -44,7 +44,7 @@ class Frame:
     name: str  # local name ("" for a foreign element)
     line: int
     column: int
-    rate: float  # prosody in force inside the element
+    speaking_rate: float  # prosody in force inside the element
     volume_db: float | None
     kind: str | None = None  # say-as span kind
     ordinal: bool = False
@@ -63,18 +63,18 @@ class ElementHandlers:
         """The root: Aliyun puts the document's rate, volume and pitch here (integers, not W3C values)."""
         if len(self.stack) > 1:
             return  # a <speak> inside Google's <media>: its text is spoken in document order
-        rate, volume = frame.rate, frame.volume_db
+        speaking_rate, volume = frame.speaking_rate, frame.volume_db
         if "rate" in attrib:
             factor = aliyun_rate(attrib["rate"])
             try:
-                wanted = factor * rate if factor is not None else prosody_rate(attrib["rate"], rate)
+                wanted = factor * speaking_rate if factor is not None else prosody_rate(attrib["rate"], speaking_rate)
             except ValueProblem:
                 raise ValueProblem(f'speak rate="{attrib["rate"]}" is not a rate; Aliyun\'s rate is an integer '
                                    "-500 to 500 (0 = the normal rate), or use <prosody rate>") from None
-            rate = clamp(wanted, RATE_MIN, RATE_MAX)
-            if rate != wanted:
+            speaking_rate = clamp(wanted, RATE_MIN, RATE_MAX)
+            if speaking_rate != wanted:
                 self.warn("ssml_rate_clamped", f'speak rate="{attrib["rate"]}" is {wanted:g} × the normal rate; '
-                                               f"clamped to {rate:g} (the range is {RATE_MIN:g}-{RATE_MAX:g})")
+                                               f"clamped to {speaking_rate:g} (the range is {RATE_MIN:g}-{RATE_MAX:g})")
         if "volume" in attrib:
             gain = aliyun_volume_db(attrib["volume"])
             volume = None if gain is None or volume is None else clamp(volume + gain, VOLUME_MIN_DB, VOLUME_MAX_DB)
@@ -86,9 +86,9 @@ class ElementHandlers:
         if ignored:
             self.warn("ssml_attribute_ignored", f"speak {', '.join(ignored)}: not supported here (the session's "
                                                 "voice and audio format apply); the text is spoken")
-        if (rate, volume) != (frame.rate, frame.volume_db):
-            frame.rate, frame.volume_db = rate, volume
-            self.prosody_wanted = (rate, volume)
+        if (speaking_rate, volume) != (frame.speaking_rate, frame.volume_db):
+            frame.speaking_rate, frame.volume_db = speaking_rate, volume
+            self.prosody_wanted = (speaking_rate, volume)
 
     def _start_p(self, frame: Frame, attrib: dict[str, str]) -> None:
         self.cut(0, "paragraph")
@@ -226,13 +226,13 @@ class ElementHandlers:
         self.text_len += len(text)
 
     def _start_prosody(self, frame: Frame, attrib: dict[str, str]) -> None:
-        rate, volume = frame.rate, frame.volume_db
+        speaking_rate, volume = frame.speaking_rate, frame.volume_db
         if "rate" in attrib:
-            wanted = prosody_rate(attrib["rate"], rate)
-            rate = clamp(wanted, RATE_MIN, RATE_MAX)
-            if rate != wanted:
+            wanted = prosody_rate(attrib["rate"], speaking_rate)
+            speaking_rate = clamp(wanted, RATE_MIN, RATE_MAX)
+            if speaking_rate != wanted:
                 self.warn("ssml_rate_clamped", f'prosody rate="{attrib["rate"]}" is {wanted:g} × the normal rate; '
-                                               f"clamped to {rate:g} (the range is {RATE_MIN:g}-{RATE_MAX:g})")
+                                               f"clamped to {speaking_rate:g} (the range is {RATE_MIN:g}-{RATE_MAX:g})")
         if "volume" in attrib:
             wanted_db = prosody_volume(attrib["volume"], volume)
             volume = None if wanted_db is None else clamp(wanted_db, VOLUME_MIN_DB, VOLUME_MAX_DB)
@@ -243,12 +243,12 @@ class ElementHandlers:
         for ignored in ("pitch", "contour", "range", "duration", *(k for k in attrib if ":" in k)):
             if ignored in attrib:
                 self.warn("ssml_prosody_ignored", f"prosody {ignored} is not supported; rate and volume are")
-        frame.rate, frame.volume_db = rate, volume
-        self.prosody_wanted = (rate, volume)
+        frame.speaking_rate, frame.volume_db = speaking_rate, volume
+        self.prosody_wanted = (speaking_rate, volume)
 
     def _end_prosody(self, frame: Frame) -> None:
         parent = self.stack[-1]
-        self.prosody_wanted = (parent.rate, parent.volume_db)
+        self.prosody_wanted = (parent.speaking_rate, parent.volume_db)
 
     def _start_emphasis(self, frame: Frame, attrib: dict[str, str]) -> None:
         level = attrib.get("level", "moderate").strip().lower()

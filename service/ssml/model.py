@@ -84,7 +84,7 @@ class ProsodyAt:
     """
 
     pos: int
-    rate: float
+    speaking_rate: float
     volume_db: float | None
 
 
@@ -102,7 +102,7 @@ class SsmlDocument:
     marks: list[MarkAt] = field(default_factory=list)
     prosody: list[ProsodyAt] = field(default_factory=list)
     warnings: list[SsmlWarning] = field(default_factory=list)
-    base_rate: float = 1.0  # rate and gain outside every <prosody> (the turn's)
+    base_speaking_rate: float = 1.0  # rate and gain outside every <prosody> (the turn's)
     base_volume_db: float | None = 0.0
 
     def add(self, events: list[Event]) -> None:
@@ -129,9 +129,9 @@ class SsmlDocument:
 
     def prosody_at(self, pos: int) -> tuple[float, float | None]:
         """(rate, volume_db) of the character at ``pos`` (the base values outside every <prosody>)."""
-        rate, gain = self.base_rate, self.base_volume_db
+        speaking_rate, gain = self.base_speaking_rate, self.base_volume_db
         for p in self.prosody:
             if p.pos > pos:
                 break
-            rate, gain = p.rate, p.volume_db
-        return rate, gain
+            speaking_rate, gain = p.speaking_rate, p.volume_db
+        return speaking_rate, gain

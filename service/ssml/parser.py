@@ -38,10 +38,10 @@ class SsmlStream:
     (line, column, what to change) on malformed or refused input, and again on every later call.
     """
 
-    def __init__(self, limits: SsmlLimits | None = None, base_rate: float = 1.0,
+    def __init__(self, limits: SsmlLimits | None = None, base_speaking_rate: float = 1.0,
                  base_volume_db: float | None = 0.0) -> None:
         self.limits = limits or SsmlLimits()
-        self._builder = Builder(self.limits, base_rate, base_volume_db)
+        self._builder = Builder(self.limits, base_speaking_rate, base_volume_db)
         self._parser = _hardened_expat(self._builder)
         self._builder.expat = self._parser
         self._fed: list[str] = []  # the document so far (at most max_chars): error messages quote its tags
@@ -49,7 +49,7 @@ class SsmlStream:
         self._line, self._column = 1, 1  # position after the input fed so far (for the size limit)
         self._failed: SsmlError | None = None
         self._closed = False
-        self.document = SsmlDocument(base_rate=base_rate, base_volume_db=base_volume_db)
+        self.document = SsmlDocument(base_speaking_rate=base_speaking_rate, base_volume_db=base_volume_db)
 
     @property
     def complete(self) -> bool:
@@ -186,10 +186,10 @@ def _explain(expat_message: str) -> str:
     return f"{core}; fix the XML at this position"
 
 
-def parse_ssml(document: str, limits: SsmlLimits | None = None, base_rate: float = 1.0,
+def parse_ssml(document: str, limits: SsmlLimits | None = None, base_speaking_rate: float = 1.0,
                base_volume_db: float | None = 0.0) -> SsmlDocument:
     """Parse a whole document (Synthesize); raises SsmlError."""
-    stream = SsmlStream(limits, base_rate, base_volume_db)
+    stream = SsmlStream(limits, base_speaking_rate, base_volume_db)
     stream.feed(document)
     stream.close()
     return stream.document

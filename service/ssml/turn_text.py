@@ -94,6 +94,6 @@ class SsmlTurnText:
                       if segment.start <= s.start and s.end <= segment.end)
         lexicon = tuple({doc.text[p.start:p.end].strip(): p.pinyin for p in doc.phonemes
                          if segment.start <= p.start and p.end <= segment.end}.items())
-        rate, volume_db = doc.prosody_at(segment.start)
+        speaking_rate, volume_db = doc.prosody_at(segment.start)
         return SsmlSegment(segment.text, segment.start, segment.end, segment.reason, spans=spans, lexicon=lexicon,
-                           speaking_rate=rate, volume_db=volume_db)
+                           speaking_rate=speaking_rate, volume_db=volume_db)

@@ -131,7 +131,7 @@ class CallTelemetry:
 
     @never_raises()
     def configured(self, settings: Any) -> None:
-        """The negotiated session settings (service.session.SessionSettings)."""
+        """The negotiated session settings (service.negotiation.SessionSettings)."""
         self.settings = settings
         if self.span is not None:
             self.span.set_attributes({

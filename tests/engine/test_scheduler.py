@@ -365,8 +365,8 @@ def test_decoder_pace_follows_the_fastest_rate() -> None:
     sched, _, _ = setup(0, decode_steps_per_iteration=1, max_decode_steps_per_iteration=16, decode_pace=2.0)
     sched.commit(Plan(decode_steps={"v": 1}, planned_at_s=1.000))  # the previous decoder call
     assert sched.decode_steps("v", 1.040) == 4  # 2 × 40 ms / 20 ms per step
-    assert sched.decode_steps("v", 1.040, rate=2.0) == 8  # a step plays 10 ms at rate 2
-    assert sched.decode_steps("v", 1.040, rate=0.5) == 2  # 40 ms at rate 0.5
+    assert sched.decode_steps("v", 1.040, speaking_rate=2.0) == 8  # a step plays 10 ms at rate 2
+    assert sched.decode_steps("v", 1.040, speaking_rate=0.5) == 2  # 40 ms at rate 0.5
 
 
 def test_starving_stream_takes_a_short_chunk() -> None:

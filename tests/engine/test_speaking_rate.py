@@ -27,11 +27,11 @@ def voice():
     return make_tiny_voice()
 
 
-def reference(voice, ids, seed, rate):
+def reference(voice, ids, seed, speaking_rate):
     """(audio [N], peaks, mel frames): synthesize, time-scale the whole mel, one vocoder pass."""
     mel_after, peaks = voice.acoustic.synthesize(torch.tensor(ids), seed=seed, dropout=True)
     with torch.inference_mode():
-        audio = voice.vocoder(time_scale(mel_after, rate).unsqueeze(0))[0]
+        audio = voice.vocoder(time_scale(mel_after, speaking_rate).unsqueeze(0))[0]
     return audio.numpy(), peaks.numpy(), mel_after.shape[0]
 
 
@@ -62,30 +62,30 @@ async def test_rates_batched_together_equal_whole_utterance_time_scaling(voice) 
     hop, r = runner.timing.hop_samples, runner.timing.reduction_factor
     await engine.start()
     jobs = [(ids, seed, RATES[i % 3]) for i, (ids, seed) in enumerate(CASES)]
-    streams = [engine.submit(SynthesisRequest(f"r{i}", ids, seed=seed, speaking_rate=rate))
-               for i, (ids, seed, rate) in enumerate(jobs)]
+    streams = [engine.submit(SynthesisRequest(f"r{i}", ids, seed=seed, speaking_rate=speaking_rate))
+               for i, (ids, seed, speaking_rate) in enumerate(jobs)]
     results = await asyncio.gather(*(st.collect() for st in streams))
     await engine.stop()
     assert engine.counters().max_vocode_batch >= 2
     ahead_seen = 0
-    for (ids, seed, rate), (audio, chunks, final) in zip(jobs, results):
-        ref_audio, ref_peaks, n_frames = reference(voice, ids, seed, rate)
+    for (ids, seed, speaking_rate), (audio, chunks, final) in zip(jobs, results):
+        ref_audio, ref_peaks, n_frames = reference(voice, ids, seed, speaking_rate)
         assert final.reason is FinishReason.COMPLETED
-        assert len(audio) == len(ref_audio) == output_frames(n_frames, rate) * hop  # ~1/rate of the natural length
+        assert len(audio) == len(ref_audio) == output_frames(n_frames, speaking_rate) * hop  # ~1/rate of the natural length
         np.testing.assert_allclose(audio, ref_audio, atol=ATOL, rtol=0)
         positions = np.concatenate([c.input_positions for c in chunks])
         starts = np.concatenate([c.step_start_samples for c in chunks])
         np.testing.assert_array_equal(positions, ref_peaks[: len(positions)])
-        np.testing.assert_array_equal(starts, [step_start_sample(k, hop, r, rate) for k in range(len(starts))])
+        np.testing.assert_array_equal(starts, [step_start_sample(k, hop, r, speaking_rate) for k in range(len(starts))])
         for c in chunks:  # each chunk carries exactly the steps whose audio starts inside it
             assert all(c.start_sample <= s < c.start_sample + len(c.samples) for s in c.step_start_samples)
-        assert len(positions) == sum(1 for k in range(len(ref_peaks)) if step_start_sample(k, hop, r, rate) < len(audio))
+        assert len(positions) == sum(1 for k in range(len(ref_peaks)) if step_start_sample(k, hop, r, speaking_rate) < len(audio))
         steps_so_far = 0
         for c in chunks:  # the decided steps past each chunk: the reference's next peaks, their audio still to come
             steps_so_far += len(c.input_positions)
             ahead = range(steps_so_far, steps_so_far + len(c.ahead_positions))
             np.testing.assert_array_equal(c.ahead_positions, ref_peaks[ahead.start: ahead.stop])
-            np.testing.assert_array_equal(c.ahead_step_start_samples, [step_start_sample(k, hop, r, rate) for k in ahead])
+            np.testing.assert_array_equal(c.ahead_step_start_samples, [step_start_sample(k, hop, r, speaking_rate) for k in ahead])
             assert all(c.start_sample + len(c.samples) <= s < len(audio) for s in c.ahead_step_start_samples)
         ahead_seen += sum(len(c.ahead_positions) for c in chunks)
     assert ahead_seen > 0  # the decoder runs ahead of the vocoder: chunks do carry decided steps
@@ -96,9 +96,9 @@ async def test_rate_two_is_half_as_long_and_rate_half_twice(voice) -> None:
     await engine.start()
     ids, seed = CASES[-1]
     lengths = {}
-    for rate in RATES:
-        audio, _, _ = await engine.submit(SynthesisRequest(f"x{rate}", ids, seed=seed, speaking_rate=rate)).collect()
-        lengths[rate] = len(audio)
+    for speaking_rate in RATES:
+        audio, _, _ = await engine.submit(SynthesisRequest(f"x{speaking_rate}", ids, seed=seed, speaking_rate=speaking_rate)).collect()
+        lengths[speaking_rate] = len(audio)
     await engine.stop()
     hop = engine.backend.runners["tiny"].timing.hop_samples
     assert abs(lengths[2.0] - lengths[1.0] / 2) <= hop
@@ -118,7 +118,7 @@ async def test_slot_reuse_after_cancel_never_leaks_rate_state(voice) -> None:
         calls.append(len(rows))
         if len(calls) == 1:
             core.cancel("slow")  # mid-utterance: the tempo row holds state
-            assert runner.scaler.fed[0] > 0 and runner.scaler.rate[0] == 0.5
+            assert runner.scaler.fed[0] > 0 and runner.scaler.speaking_rate[0] == 0.5
         return out
 
     await engine.start()
@@ -129,9 +129,9 @@ async def test_slot_reuse_after_cancel_never_leaks_rate_state(voice) -> None:
         if core.pool.num_active == 0:
             break
         await asyncio.sleep(0.01)
-    assert runner.scaler.rate[0] == 1.0 and runner.scaler.fed[0] == 0 and not runner.scaler.carry[0].any()
-    for rate in (1.0, 2.0):  # the same slot, next callers: exact at their own rate
-        audio, _, final = await engine.submit(SynthesisRequest(f"n{rate}", ids, seed=seed, speaking_rate=rate)).collect()
+    assert runner.scaler.speaking_rate[0] == 1.0 and runner.scaler.fed[0] == 0 and not runner.scaler.carry[0].any()
+    for speaking_rate in (1.0, 2.0):  # the same slot, next callers: exact at their own rate
+        audio, _, final = await engine.submit(SynthesisRequest(f"n{speaking_rate}", ids, seed=seed, speaking_rate=speaking_rate)).collect()
         assert final.reason is FinishReason.COMPLETED
-        np.testing.assert_allclose(audio, reference(voice, ids, seed, rate)[0], atol=ATOL, rtol=0)
+        np.testing.assert_allclose(audio, reference(voice, ids, seed, speaking_rate)[0], atol=ATOL, rtol=0)
     await engine.stop()

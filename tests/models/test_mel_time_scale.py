@@ -23,15 +23,15 @@ M = 6
 
 
 def test_frame_arithmetic_against_brute_force():
-    for rate in RATES:
-        p = [j * rate for j in range(600)]
+    for speaking_rate in RATES:
+        p = [j * speaking_rate for j in range(600)]
         for n in range(0, 150):
-            assert output_frames(n, rate) == sum(1 for x in p if x < n)
-            assert ready_output_frames(n, rate) == (0 if n == 0 else sum(1 for x in p if math.ceil(x) <= n - 1))
-            need = input_frames_needed(n, rate)
-            assert ready_output_frames(need, rate) >= n  # the frames needed make the outputs
-            assert n == 0 or ready_output_frames(need - 1, rate) < n  # and no fewer would
-            assert inputs_started_before(n, rate) == sum(1 for i in range(400) if output_frames(i, rate) < n)
+            assert output_frames(n, speaking_rate) == sum(1 for x in p if x < n)
+            assert ready_output_frames(n, speaking_rate) == (0 if n == 0 else sum(1 for x in p if math.ceil(x) <= n - 1))
+            need = input_frames_needed(n, speaking_rate)
+            assert ready_output_frames(need, speaking_rate) >= n  # the frames needed make the outputs
+            assert n == 0 or ready_output_frames(need - 1, speaking_rate) < n  # and no fewer would
+            assert inputs_started_before(n, speaking_rate) == sum(1 for i in range(400) if output_frames(i, speaking_rate) < n)
 
 
 def test_rate_one_is_the_identity_arithmetic():
@@ -40,11 +40,11 @@ def test_rate_one_is_the_identity_arithmetic():
     assert steps_started_before(6051, 300, 2, 1.0) == -(-6051 // 600)
 
 
-@pytest.mark.parametrize("rate", RATES)
-def test_steps_started_before_matches_step_starts(rate):
+@pytest.mark.parametrize("speaking_rate", RATES)
+def test_steps_started_before_matches_step_starts(speaking_rate):
     for sample in range(0, 20000, 97):
-        assert steps_started_before(sample, 300, 2, rate) == sum(
-            1 for k in range(200) if step_start_sample(k, 300, 2, rate) < sample)
+        assert steps_started_before(sample, 300, 2, speaking_rate) == sum(
+            1 for k in range(200) if step_start_sample(k, 300, 2, speaking_rate) < sample)
 
 
 def test_whole_utterance_lengths_and_values():
@@ -63,7 +63,7 @@ def test_whole_utterance_lengths_and_values():
 def _stream(scaler: MelTimeScaler, slot: int, mel: torch.Tensor, out_sizes: list[int]) -> torch.Tensor:
     """Stream one utterance asking for output chunks of out_sizes (the last repeats), feeding only what they need."""
     n, pieces, made, i = mel.shape[0], [], 0, 0
-    total = output_frames(n, scaler.rate[slot])
+    total = output_frames(n, scaler.speaking_rate[slot])
     while made < total:
         want = min(out_sizes[min(i, len(out_sizes) - 1)], total - made)
         need = min(n, scaler.needed(slot, made + want))
@@ -75,14 +75,14 @@ def _stream(scaler: MelTimeScaler, slot: int, mel: torch.Tensor, out_sizes: list
     return torch.cat(pieces)
 
 
-@pytest.mark.parametrize("rate", RATES)
+@pytest.mark.parametrize("speaking_rate", RATES)
 @pytest.mark.parametrize("size", [1, 2, 3, 7, 16, 24, 48, 96])
-def test_streamed_equals_whole(rate, size):
+def test_streamed_equals_whole(speaking_rate, size):
     torch.manual_seed(size)
     mel = torch.randn(131, M)
     scaler = MelTimeScaler(4, M)
-    scaler.start(2, rate)
-    assert torch.equal(_stream(scaler, 2, mel, [size]), time_scale(mel, rate))
+    scaler.start(2, speaking_rate)
+    assert torch.equal(_stream(scaler, 2, mel, [size]), time_scale(mel, speaking_rate))
 
 
 def test_random_splits_and_batched_rows_of_different_ages_and_rates():
@@ -125,7 +125,7 @@ def test_reset_forgets_the_slot_and_bad_calls_are_refused():
     with pytest.raises(TimeScaleError, match="outputs asked"):
         scaler.step([ScaleRow(0, mel[10:11], 10)])
     scaler.reset([0])
-    assert scaler.rate[0] == 1.0 and scaler.fed[0] == 0 and not scaler.carry[0].any()
+    assert scaler.speaking_rate[0] == 1.0 and scaler.fed[0] == 0 and not scaler.carry[0].any()
     scaler.start(0, 0.8)  # the slot's next utterance hears nothing of the last one
     assert torch.equal(_stream(scaler, 0, mel, [5]), time_scale(mel, 0.8))
     with pytest.raises(TimeScaleError, match="ended"):

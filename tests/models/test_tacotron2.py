@@ -72,7 +72,7 @@ def test_config_round_trip_and_unknown_keys():
     d = cfg.to_dict()
     assert d["prenet_dims"] == [12, 12]
     assert Tacotron2Config.from_dict(d) == cfg
-    with pytest.raises(Tacotron2ConfigError, match="unknown Tacotron2Config keys.*'bogus'"):
+    with pytest.raises(Tacotron2ConfigError, match="Tacotron2Config: unknown key.*'bogus'"):
         Tacotron2Config.from_dict({**d, "bogus": 1})
     with pytest.raises(Tacotron2ConfigError):
         Tacotron2Config.tiny(postnet_kernel=4)

@@ -15,7 +15,7 @@ from service import figures
 from service.audio.g711 import decode
 from service.call.audio_out import ONSET_KEEP_MS, TurnAudio
 from service.call.turn import Turn
-from service.session import SessionSettings, VoiceEntry
+from service.negotiation import SessionSettings, VoiceEntry
 from service.timestamps import WordTime
 from tests.service.conftest import collect, stub_for
 from tests.service.engine_wrappers import EngineWrapper, StreamWrapper

@@ -7,7 +7,7 @@ import pytest
 from models.frontend.segmenter import Segmenter
 from service import figures
 from service.call.turn import Turn, TurnState
-from service.session import SessionSettings, VoiceEntry
+from service.negotiation import SessionSettings, VoiceEntry
 from service.telemetry.calls import CallTelemetry
 from service.telemetry.metrics import NullMetrics
 

@@ -17,7 +17,7 @@ from service.config import load_config
 from service.errors import InvalidArgument
 from service.paced_sender import PacedSender
 from service.pacing import Pacer
-from service.session import VoiceEntry
+from service.negotiation import VoiceEntry
 from tests.service.conftest import config_event, flush_event
 
 HANG_GUARD_S = 10.0  # only a hang detector: every await below completes within a few loop iterations

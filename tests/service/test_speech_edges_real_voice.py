@@ -17,7 +17,7 @@ from protos.voxpool.v1 import tts_pb2 as pb
 from service.audio.g711 import decode
 from service.call.audio_out import TurnAudio
 from service.call.turn import Turn
-from service.session import SessionSettings
+from service.negotiation import SessionSettings
 from tests.service.conftest import collect, config_event, end_event, flush_event, stub_for, text_event
 
 pytestmark = pytest.mark.slow

@@ -131,7 +131,7 @@ def test_prosody_rate(rate, factor):
 
 def test_prosody_rate_is_clamped_and_relative_to_the_enclosing_and_base_rate():
     doc = parse_ssml(speak('<prosody rate="400%">快</prosody><prosody rate="slow"><prosody rate="+50%">慢</prosody></prosody>'),
-                     base_rate=1.2)
+                     base_speaking_rate=1.2)
     # slow (0.8) + 50 % = 1.2 = the turn's rate: no change at 1; one change per place, no empty ranges
     assert doc.prosody == [ProsodyAt(0, 2.0, 0.0), ProsodyAt(1, pytest.approx(1.2), 0.0)]
     assert doc.cuts == [Cut(1, 0, "prosody")]

@@ -132,7 +132,7 @@ def test_aliyun_speak_rate_and_volume_apply_to_the_document():
     assert doc.prosody == [ProsodyAt(0, pytest.approx(0.8), pytest.approx(20 * math.log10(0.5)))]
     assert codes(doc) == []
     fast = parse_ssml('<speak rate="500" volume="100"><prosody rate="-20%">慢</prosody>快</speak>')
-    assert [(p.pos, round(p.rate, 3)) for p in fast.prosody] == [(0, 1.6), (1, 2.0)]  # prosody is relative to it
+    assert [(p.pos, round(p.speaking_rate, 3)) for p in fast.prosody] == [(0, 1.6), (1, 2.0)]  # prosody is relative to it
     assert fast.prosody[1].volume_db == pytest.approx(20 * math.log10(2))
     silent = parse_ssml('<speak volume="0">嘘</speak>')
     assert silent.prosody == [ProsodyAt(0, 1.0, None)]
@@ -140,8 +140,8 @@ def test_aliyun_speak_rate_and_volume_apply_to_the_document():
 
 
 def test_aliyun_speak_rate_is_relative_to_the_turns_rate_and_clamped():
-    doc = parse_ssml('<speak rate="300">好</speak>', base_rate=1.5)
-    assert doc.prosody[0].rate == 2.0 and codes(doc) == ["ssml_rate_clamped"]
+    doc = parse_ssml('<speak rate="300">好</speak>', base_speaking_rate=1.5)
+    assert doc.prosody[0].speaking_rate == 2.0 and codes(doc) == ["ssml_rate_clamped"]
 
 
 @pytest.mark.parametrize("attributes, code", [

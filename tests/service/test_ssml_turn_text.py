@@ -17,8 +17,8 @@ def segmenter() -> Segmenter:
     return Segmenter(max_chars=80, clock=lambda: 0.0)
 
 
-def run(pieces, base_rate=1.0):
-    turn = SsmlTurnText(segmenter(), SsmlStream(base_rate=base_rate))
+def run(pieces, base_speaking_rate=1.0):
+    turn = SsmlTurnText(segmenter(), SsmlStream(base_speaking_rate=base_speaking_rate))
     items = []
     for piece in pieces:
         items += turn.push(piece)
@@ -54,7 +54,7 @@ def test_a_prosody_rate_is_carried_by_its_segments_not_warned():
 
 
 def test_the_turns_rate_is_the_base():
-    _, items = run([DOC], base_rate=1.5)
+    _, items = run([DOC], base_speaking_rate=1.5)
     assert [p.speaking_rate for p in of(items, SsmlSegment)] == [1.5, 1.5, pytest.approx(0.8), 1.5]
 
 

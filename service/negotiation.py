@@ -148,13 +148,13 @@ def negotiate(
         if audio.encoding not in ENCODINGS:
             raise InvalidArgument(f"unsupported audio.encoding {audio.encoding}; use PCMU, PCMA or L16")
         encoding = ENCODINGS[audio.encoding]
-    rate = audio.sample_rate_hz or cfg.audio.sample_rate_hz
+    sample_rate_hz = audio.sample_rate_hz or cfg.audio.sample_rate_hz
     try:
-        wire.check_sample_rate(rate)
-        wire.check_encoding_rate(encoding, rate)
+        wire.check_sample_rate(sample_rate_hz)
+        wire.check_encoding_rate(encoding, sample_rate_hz)
         # an unset frame_ms takes the server's default, or the nearest length that holds whole samples at the rate
-        frame_ms = audio.frame_ms or wire.fitting_frame_ms(rate, cfg.audio.frame_ms)
-        wire.check_frame_ms(rate, frame_ms)
+        frame_ms = audio.frame_ms or wire.fitting_frame_ms(sample_rate_hz, cfg.audio.frame_ms)
+        wire.check_frame_ms(sample_rate_hz, frame_ms)
     except wire.WireFormatError as exc:
         raise InvalidArgument(str(exc)) from None
     fade_ms = audio.fade_ms if audio.HasField("fade_ms") else cfg.audio.fade_ms
@@ -180,7 +180,7 @@ def negotiate(
     return SessionSettings(
         voice=voice,
         encoding=encoding,
-        sample_rate_hz=rate,
+        sample_rate_hz=sample_rate_hz,
         frame_ms=frame_ms,
         fade_ms=fade_ms,
         pacing=mode,
