@@ -40,6 +40,7 @@ from clients.conversation import (  # noqa: F401
     event_from_proto,
     events_from_proto,
     failover_policy,
+    named_choice,
     text_spans,
     turn_options,
 )
@@ -72,10 +73,8 @@ PACINGS = {"REALTIME": pb.Pacing.REALTIME, "ASAP": pb.Pacing.ASAP}
 def audio_format(encoding: str = "PCMU", sample_rate_hz: int = 8000, frame_ms: int = 20,
                  fade_ms: int | None = None) -> pb.AudioFormat:
     """AudioFormat from plain values; encoding is "PCMU" | "PCMA" | "L16" (any case)."""
-    key = str(encoding).upper()
-    if key not in ENCODINGS:
-        raise ClientConfigError(f"unknown encoding {encoding!r}; use one of {', '.join(ENCODINGS)}")
-    fmt = pb.AudioFormat(encoding=ENCODINGS[key], sample_rate_hz=int(sample_rate_hz), frame_ms=int(frame_ms))
+    fmt = pb.AudioFormat(encoding=named_choice(encoding, ENCODINGS, "encoding"), sample_rate_hz=int(sample_rate_hz),
+                         frame_ms=int(frame_ms))
     if fade_ms is not None:
         fmt.fade_ms = int(fade_ms)
     return fmt
@@ -83,10 +82,7 @@ def audio_format(encoding: str = "PCMU", sample_rate_hz: int = 8000, frame_ms: i
 
 def pacing_proto(pacing: str, lead_ms: int | None = None) -> pb.Pacing:
     """Pacing from "REALTIME" | "ASAP" (any case) and an optional lead."""
-    key = str(pacing).upper()
-    if key not in PACINGS:
-        raise ClientConfigError(f"unknown pacing {pacing!r}; use REALTIME or ASAP")
-    out = pb.Pacing(mode=PACINGS[key])
+    out = pb.Pacing(mode=named_choice(pacing, PACINGS, "pacing"))
     if lead_ms is not None:
         out.lead_ms = int(lead_ms)
     return out

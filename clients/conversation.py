@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -325,14 +325,19 @@ def event_from_proto(msg: pb.ServerEvent, received_s: float = 0.0) -> Event:
 TEXT_FORMATS = {"PLAIN": pb.TurnOptions.PLAIN, "SSML": pb.TurnOptions.SSML}
 
 
+def named_choice(value: object, table: Mapping[str, int], what: str) -> int:
+    """The proto enum value `table` maps `value` to (any case); ClientConfigError naming the choices otherwise."""
+    key = str(value).upper()
+    if key not in table:
+        raise ClientConfigError(f"unknown {what} {value!r}; use one of {', '.join(table)}")
+    return table[key]
+
+
 def turn_options(text_format: str = "PLAIN", *, speaking_rate: float | None = None,
                  volume_db: float | None = None) -> pb.TurnOptions:
     """TurnOptions for the delta that opens a turn (or a Synthesize request): text_format "PLAIN" | "SSML" (any
     case; SSML: the turn's deltas joined are one SSML document, docs/ssml.md), the turn's rate and volume."""
-    key = str(text_format).upper()
-    if key not in TEXT_FORMATS:
-        raise ClientConfigError(f"unknown text_format {text_format!r}; use PLAIN or SSML")
-    out = pb.TurnOptions(text_format=TEXT_FORMATS[key])
+    out = pb.TurnOptions(text_format=named_choice(text_format, TEXT_FORMATS, "text_format"))
     if speaking_rate is not None:
         out.speaking_rate = float(speaking_rate)
     if volume_db is not None:
