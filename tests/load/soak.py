@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import math
 import time
 from dataclasses import dataclass, field
@@ -15,13 +17,44 @@ TEN_MIN_S = 600.0
 
 @dataclass(frozen=True)
 class Sample:
-    """One reading: seconds since the sampler started, resident MiB, open fds, OS threads, live asyncio tasks."""
+    """One reading: seconds since the sampler started, resident MiB, open fds, OS threads, live asyncio tasks, and
+    glibc malloc's bytes in use and free-but-held (all arenas; NaN off glibc). Growth of `heap_used_mib` is a leak;
+    growth of `heap_free_mib` with flat use is the allocator keeping freed memory (fragmentation)."""
 
     t_s: float
     rss_mib: float
     fds: int
     threads: int
     tasks: int
+    heap_used_mib: float = math.nan
+    heap_free_mib: float = math.nan
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _mallinfo2() -> Callable[[], _MallInfo2] | None:
+    """glibc's mallinfo2 (2.33+), or None where the C library has none."""
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return None
+    fn.restype = _MallInfo2
+    fn.argtypes = []
+    return fn
+
+
+_MALLINFO2 = _mallinfo2()
+
+
+def heap_mib() -> tuple[float, float]:
+    """(MiB malloc'd and in use, including mmapped blocks; MiB free inside malloc's arenas), NaN without glibc."""
+    if _MALLINFO2 is None:
+        return math.nan, math.nan
+    m = _MALLINFO2()
+    return (m.uordblks + m.hblkhd) / 2**20, m.fordblks / 2**20
 
 
 @dataclass(frozen=True)
@@ -69,7 +102,7 @@ class ResourceSampler:
             tasks = len(asyncio.all_tasks())
         except RuntimeError:  # no running loop
             tasks = 0
-        s = Sample(self.clock() - self._t0, rss_bytes() / 2**20, open_fds(), os_threads(), tasks)
+        s = Sample(self.clock() - self._t0, rss_bytes() / 2**20, open_fds(), os_threads(), tasks, *heap_mib())
         self.samples.append(s)
         return s
 
@@ -85,5 +118,7 @@ class ResourceSampler:
         """Slope per 10 min of each resource over the samples taken at or after `after_s`."""
         w = self.window(after_s)
         t = [s.t_s for s in w]
-        return {name: fit_slope(t, [float(getattr(s, name)) for s in w])
-                for name in ("rss_mib", "fds", "threads", "tasks")}
+        names = ["rss_mib", "fds", "threads", "tasks"]
+        if w and not math.isnan(w[0].heap_used_mib):
+            names += ["heap_used_mib", "heap_free_mib"]
+        return {name: fit_slope(t, [float(getattr(s, name)) for s in w]) for name in names}

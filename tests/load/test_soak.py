@@ -13,6 +13,7 @@ import logging
 import os
 import random
 import threading
+import tracemalloc
 from dataclasses import asdict
 from pathlib import Path
 
@@ -28,6 +29,9 @@ from tests.reliability.conftest import (
 
 SOAK_S = float(os.environ.get("VOXPOOL_SOAK_S", "300"))
 SOAK_VOICE = os.environ.get("VOXPOOL_SOAK_VOICE", "tiny")
+# VOXPOOL_SOAK_TRACEMALLOC=N: trace Python-visible allocations (numpy included, torch's not) with N frames and report
+# the sites that grew over the window. A diagnostic: tracing slows every allocation.
+TRACE_FRAMES = int(os.environ.get("VOXPOOL_SOAK_TRACEMALLOC", "0"))
 # Pools, caches and allocator arenas fill up first: the window opens once both have passed (a slow machine takes
 # longer than WARMUP_S for WARMUP_CALLS; the first 10-minute soak on an oversubscribed host grew until call ~35).
 WARMUP_S = min(120.0, max(30.0, 0.2 * SOAK_S))
@@ -86,7 +90,33 @@ async def one_call(ts, rng) -> grpc.StatusCode:
     return rec.code if len(rec.of("turn_done")) == 1 else grpc.StatusCode.DATA_LOSS
 
 
+def live_tensor_mib() -> float:
+    """MiB of the distinct tensor storages Python objects hold (a full heap walk: diagnostics only)."""
+    import torch
+
+    seen: dict[int, int] = {}
+    for obj in gc.get_objects():
+        try:
+            if isinstance(obj, torch.Tensor) and obj.device.type == "cpu" and not obj.is_sparse:
+                storage = obj.untyped_storage()
+                seen[storage.data_ptr()] = storage.nbytes()
+        except (RuntimeError, TypeError, NotImplementedError):  # meta or wrapper tensors
+            continue
+    return sum(seen.values()) / 2**20
+
+
+def allocation_growth(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot, top: int = 15) -> list[str]:
+    """The traced allocation sites that grew most between two snapshots, one line each (size change, count, site)."""
+    lines = []
+    for stat in after.compare_to(before, "traceback")[:top]:
+        site = " <- ".join(f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno}" for f in stat.traceback)
+        lines.append(f"{stat.size_diff / 2**20:+.2f} MiB ({stat.count_diff:+d} blocks) {site}")
+    return lines
+
+
 async def test_soak_has_no_resource_slope():
+    if TRACE_FRAMES:
+        tracemalloc.start(TRACE_FRAMES)
     config = {"server": {"max_calls": LANES + 1}}
     if SOAK_VOICE != "tiny":  # the real voice: every call through the engine (a cache hit only replays audio)
         config["cache"] = {"enabled": False}
@@ -99,6 +129,7 @@ async def test_soak_has_no_resource_slope():
         t0 = loop.time()
         gen2 = [0]  # automatic full collections: each stalls the event loop for the whole heap walk
         mark: dict[str, int] = {}
+        traced: dict[str, tracemalloc.Snapshot] = {}
 
         def on_gc(phase, info):
             if phase == "stop" and info["generation"] == 2 and not mark.get("collecting"):
@@ -119,6 +150,9 @@ async def test_soak_has_no_resource_slope():
             mark["collecting"] = 0
             s = sampler.sample()
             mark.update(t_s=s.t_s, fds=s.fds, threads=s.threads, py_other=len(other_threads()))
+            if TRACE_FRAMES:
+                traced["window"] = tracemalloc.take_snapshot()
+                mark["tensor_mib"] = live_tensor_mib()
 
         gc.callbacks.append(on_gc)
         watchers = [asyncio.create_task(t) for t in (sampler.run(), warm_up_mark(), drop_captured_log_records())]
@@ -130,6 +164,13 @@ async def test_soak_has_no_resource_slope():
             gc.callbacks.remove(on_gc)
 
         mark["collecting"] = 1  # from here on, full collections are the test's own
+        growth = []
+        if TRACE_FRAMES and "window" in traced:
+            gc.collect()
+            growth = allocation_growth(traced["window"], tracemalloc.take_snapshot())
+            tracemalloc.stop()
+            growth.append(f"tensors held by Python objects: {mark['tensor_mib']:.1f} -> {live_tensor_mib():.1f} MiB")
+            print("\ntraced allocation growth over the window:\n  " + "\n  ".join(growth))
         end_state = await settled(server, start_state)
         assert "t_s" in mark, f"only {sum(outcomes.values())} calls in {SOAK_S:.0f} s: never warmed up"
         slopes = sampler.slopes(after_s=mark["t_s"])
@@ -137,11 +178,13 @@ async def test_soak_has_no_resource_slope():
         calls = sum(outcomes.values())
         print(f"\nsoak {SOAK_S:.0f} s, voice {SOAK_VOICE} (window {mark['t_s']:.0f}-{SOAK_S:.0f} s): {calls} calls {outcomes}; "
               f"RSS {window[0].rss_mib:.1f} -> {window[-1].rss_mib:.1f} MiB, slope {slopes['rss_mib']} MiB; "
+              f"malloc in use {slopes.get('heap_used_mib')} MiB, free held {slopes.get('heap_free_mib')} MiB; "
               f"fds {slopes['fds']}; threads {slopes['threads']}; tasks {slopes['tasks']}; "
               f"threads ({', '.join(sorted(set(os_thread_names())))}); gen-2 collections {gen2[0]}")
         if out := os.environ.get("VOXPOOL_SOAK_OUT"):
             Path(out).write_text(json.dumps({
                 "soak_s": SOAK_S, "window_from_s": mark["t_s"], "calls": outcomes, "gen2_collections": gen2[0],
+                "traced_growth": growth,
                 "slopes_per_10min": {k: asdict(v) for k, v in slopes.items()},
                 "samples": [asdict(s) for s in sampler.samples],
             }, indent=1) + "\n", encoding="utf-8")
