@@ -82,7 +82,7 @@ async def _synthesize(client: VoxpoolClient, args: argparse.Namespace) -> SayRes
     async for ev in client.synthesize(args.text, voice=args.voice, encoding=args.encoding,
                                       sample_rate_hz=args.sample_rate, frame_ms=wire.fitting_frame_ms(args.sample_rate),
                                       pacing="ASAP", ssml=args.ssml,
-                                      speaking_rate=args.rate, word_timestamps=args.timestamps):
+                                      speaking_rate=args.speaking_rate, word_timestamps=args.timestamps):
         if isinstance(ev, Audio):
             res.add(ev, ref_s)
         elif isinstance(ev, Started):
@@ -96,7 +96,7 @@ async def _converse(client: VoxpoolClient, args: argparse.Namespace) -> SayResul
     res = SayResult()
     conv = await client.converse(voice=args.voice, encoding=args.encoding, sample_rate_hz=args.sample_rate,
                                  frame_ms=wire.fitting_frame_ms(args.sample_rate), pacing="REALTIME",
-                                 speaking_rate=args.rate, word_timestamps=args.timestamps)
+                                 speaking_rate=args.speaking_rate, word_timestamps=args.timestamps)
     options = turn_options("SSML") if args.ssml else None  # on the delta that opens the turn
     res.started = conv.started
     deltas = split_deltas(args.text, STREAM_DELTA_CHARS[0], STREAM_DELTA_CHARS[1], 0)

@@ -49,7 +49,7 @@ def say_arguments(s: argparse.ArgumentParser) -> None:
     text_may_start_with_a_dash(s)
     s.add_argument("-o", "--output", required=True, help="WAV file to write")
     s.add_argument("--ssml", action="store_true", help="the text is SSML (<speak>...</speak>)")
-    s.add_argument("--rate", type=_speaking_rate, default=None, metavar="X",
+    s.add_argument("--rate", dest="speaking_rate", type=_speaking_rate, default=None, metavar="X",
                    help="speaking rate, {}-{} (1.0 = the voice's natural rate)".format(*wire.SPEAKING_RATE_RANGE))
     s.add_argument("--timestamps", action="store_true", help="ask for word timestamps and print them")
     s.add_argument("--encoding", choices=["pcmu", "pcma", "l16"], default="l16")

@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--port", type=int, default=int(os.environ.get("VOXPOOL_GATEWAY_PORT", "3000")))
     j.add_argument("--api-key-env", default="JAMBONZ_API_KEY",
                    help="environment variable holding the API key jambonz sends as Bearer (unset: no check)")
-    j.add_argument("--rate", type=int, choices=wire.SAMPLE_RATES_HZ, default=8000, metavar="HZ",
+    j.add_argument("--rate", dest="sample_rate_hz", type=int, choices=wire.SAMPLE_RATES_HZ, default=8000, metavar="HZ",
                    help=f"sample rate when jambonz sends no sampleRate: {wire.sample_rates_text()} (default 8000)")
     j.add_argument("--pacing", choices=["ASAP", "REALTIME"], default="ASAP")
     j.add_argument("--idle-timeout-s", type=float, default=30.0, help="close a socket silent this long")
@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("the gateway needs its extra: pip install 'voxpool[gateway]' (%s)", exc)
         return 2
     cfg = GatewayConfig(voxpool_target=args.voxpool, host=args.host, port=args.port,
-                        api_key=os.environ.get(args.api_key_env, ""), default_rate_hz=args.rate, pacing=args.pacing,
+                        api_key=os.environ.get(args.api_key_env, ""), default_rate_hz=args.sample_rate_hz, pacing=args.pacing,
                         idle_timeout_s=args.idle_timeout_s, max_message_bytes=args.max_message_bytes)
 
     async def run() -> None:

@@ -76,7 +76,7 @@ def test_rate_flag_is_checked_before_anything_is_sent(value, says, capsys):
 
 def test_sample_rate_flag():
     args = build_parser().parse_args(["say", "您好", "-o", "x.wav", "--sample-rate", "16000"])
-    assert (args.sample_rate, args.rate, args.ssml, args.timestamps) == (16000, None, False, False)
+    assert (args.sample_rate, args.speaking_rate, args.ssml, args.timestamps) == (16000, None, False, False)
 
 
 async def test_client_ssml_helpers(tiny_server):  # noqa: F811
