@@ -42,6 +42,7 @@ LANES = 3  # of 4 slots: ~75-80 % of S, the survey's soak load
 # 480 s or more resolves (the 10-minute soak). A shorter window must still fail a leak of 1 MiB per minute
 # (10 MiB / 10 min) but not the one-off steps of allocator arenas: half of it.
 RSS_SLOPE_MIB_PER_10MIN = 1.0 if MIN_WINDOW_S >= 240 else 5.0
+FAILED_CALL_PAUSE_S = 0.2  # a lane waits this long after a failed call (a dead server fails calls in microseconds)
 GRPC_POOL_SLACK = 4  # gRPC core's event-engine thread pool grows and shrinks with load
 TEXTS = ["您好，欢迎致电。", "请问有什么可以帮您？", "您的订单号是一二三四五六。", "好的，请稍等。",
          "感谢您的来电，再见。"]
@@ -61,7 +62,7 @@ def other_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if not t.name.startswith("frontend")]
 
 
-async def barge_in(ts, rng) -> grpc.StatusCode:
+async def barge_in(ts, rng) -> tuple[grpc.StatusCode, str]:
     """REALTIME turn cleared after its first audio, then the call ends: the gateway's caller spoke over it."""
     feeder = Feeder(realtime_config(), text_event("".join(rng.sample(TEXTS, 3)), turn_id="t"), flush_event("t"))
     call = ts.Converse(feeder)
@@ -71,23 +72,34 @@ async def barge_in(ts, rng) -> grpc.StatusCode:
                 feeder.put(pb.ClientEvent(clear=pb.Clear(turn_id="t")))
             if ev.HasField("cleared"):
                 feeder.put(end_event())
-        return grpc.StatusCode.OK
+        return grpc.StatusCode.OK, ""
     except grpc.aio.AioRpcError as err:
-        return err.code()
+        return err.code(), err.details() or ""
     finally:
         feeder.close()
 
 
-async def one_call(ts, rng) -> grpc.StatusCode:
+def outcome(rec, turns: int) -> tuple[grpc.StatusCode, str]:
+    """The call's status and what went wrong: its details, or the in-band errors of a call that lost a turn."""
+    if rec.code != grpc.StatusCode.OK:
+        return rec.code, rec.details
+    if len(rec.of("turn_done")) == turns:
+        return rec.code, ""
+    errors = "; ".join(f"{pb.Error.Code.Name(e.code)} {e.message}" for e in rec.of("error")) or "no turn_done, no error"
+    return grpc.StatusCode.DATA_LOSS, errors
+
+
+async def one_call(ts, rng) -> tuple[grpc.StatusCode, str]:
+    """One call of the mix: (status, what went wrong or "")."""
     roll = rng.random()
     if roll < 0.2:
         return await barge_in(ts, rng)
     if roll < 0.4:  # two turns, as fast as synthesized
         rec = await gateway_call(ts, config_event(), text_event(rng.choice(TEXTS), turn_id="1"),
                                  text_event(rng.choice(TEXTS), turn_id="2"), end_event())
-        return rec.code if len(rec.of("turn_done")) == 2 else grpc.StatusCode.DATA_LOSS
+        return outcome(rec, 2)
     rec = await gateway_call(ts, realtime_config(), text_event(rng.choice(TEXTS)), end_event())
-    return rec.code if len(rec.of("turn_done")) == 1 else grpc.StatusCode.DATA_LOSS
+    return outcome(rec, 1)
 
 
 def live_tensor_mib() -> float:
@@ -130,6 +142,7 @@ async def test_soak_has_no_resource_slope():
         gen2 = [0]  # automatic full collections: each stalls the event loop for the whole heap walk
         mark: dict[str, int] = {}
         traced: dict[str, tracemalloc.Snapshot] = {}
+        first_failures: dict[str, str] = {}  # status name -> when and what, for the first failed call of that kind
 
         def on_gc(phase, info):
             if phase == "stop" and info["generation"] == 2 and not mark.get("collecting"):
@@ -138,8 +151,11 @@ async def test_soak_has_no_resource_slope():
         async def lane(seed: int) -> None:
             rng = random.Random(seed)
             while loop.time() - t0 < SOAK_S:
-                code = await one_call(ts, rng)
+                code, what = await one_call(ts, rng)
                 outcomes[code.name] = outcomes.get(code.name, 0) + 1
+                if code != grpc.StatusCode.OK:  # keep the first of each kind; a failing server is not hammered
+                    first_failures.setdefault(code.name, f"{loop.time() - t0:.1f} s: {what}")
+                    await asyncio.sleep(FAILED_CALL_PAUSE_S)
 
         async def warm_up_mark() -> None:
             await asyncio.sleep(WARMUP_S)
@@ -184,12 +200,12 @@ async def test_soak_has_no_resource_slope():
         if out := os.environ.get("VOXPOOL_SOAK_OUT"):
             Path(out).write_text(json.dumps({
                 "soak_s": SOAK_S, "window_from_s": mark["t_s"], "calls": outcomes, "gen2_collections": gen2[0],
-                "traced_growth": growth,
+                "traced_growth": growth, "first_failures": first_failures,
                 "slopes_per_10min": {k: asdict(v) for k, v in slopes.items()},
                 "samples": [asdict(s) for s in sampler.samples],
             }, indent=1) + "\n", encoding="utf-8")
 
-        assert outcomes == {"OK": calls}  # every call completed
+        assert outcomes == {"OK": calls}, f"failed calls, the first of each kind: {first_failures}"
         assert window[-1].t_s - window[0].t_s >= MIN_WINDOW_S, "window too short to resolve the slope bound"
         assert end_state == start_state  # state created == state released
         assert slopes["rss_mib"].per_10min <= RSS_SLOPE_MIB_PER_10MIN, f"RSS slope {slopes['rss_mib']} MiB"
