@@ -27,7 +27,7 @@ from tests.service.conftest import running_server, tiny_server  # noqa: F401  (t
 
 def _say_args(port, out, **kw):
     base = dict(text="您好，欢迎致电。", output=str(out), encoding="pcmu", sample_rate=8000, voice="", stream=False,
-                server=f"127.0.0.1:{port}", ssml=False, rate=None, timestamps=False)
+                server=f"127.0.0.1:{port}", ssml=False, speaking_rate=None, timestamps=False)
     base.update(kw)
     return argparse.Namespace(**base)
 
