@@ -84,6 +84,8 @@ class _Turn:
     last_end_s: float = 0.0
     done: bool = False
     conv: object = None  # the stream (RollingConversation) the turn's text went to
+    options: pb.TurnOptions | None = None  # sent with the turn's first delta
+    flushed: bool = False  # the turn's text is complete
 
 
 class _Bucket:
@@ -130,6 +132,7 @@ class VoxpoolSession:
         self._server_words = False  # the server sends WordTimestamps: marks are not needed
         self._bucket: _Bucket | None = None
         self._lock = asyncio.Lock()
+        self._resending: set[str] = set()  # turns the reader is sending again on a new stream (_resend_unanswered)
         self.streams_opened = 0  # calls opened (the first stream, and again after a break or an idle end)
         self.stream_moves = 0  # moves to a fresh stream before the session limit, over every call
 
@@ -179,7 +182,7 @@ class VoxpoolSession:
             if self._conv is not conv:  # the stream broke while the text was sent (the handler got StreamBroken)
                 raise VoxpoolError(grpc.StatusCode.UNAVAILABLE,
                                    "voxpool stream closed while sending: the connection broke; send the turn again")
-            turn = self._turns[turn_id] = _Turn(conv=conv)
+            turn = self._turns[turn_id] = _Turn(conv=conv, options=options)
         turn.heard.add_text(text)
         if self.word_marks and not self._server_words and text[-1] in BREAK_CHARS:
             await self._mark(turn_id, turn)
@@ -194,9 +197,12 @@ class VoxpoolSession:
 
     async def flush(self, turn_id: str) -> None:
         """The turn's text is complete (a final word mark covers its tail)."""
-        if self._conv is None or turn_id not in self._turns:
+        if turn_id not in self._turns:
             return
         turn = self._turns[turn_id]
+        turn.flushed = True
+        if self._conv is None or turn_id in self._resending:  # its stream ended before the turn was answered: the
+            return  # reader sends it again, and flushes it after its text
         if self.word_marks and not self._server_words:
             await self._mark(turn_id, turn, final=True)
         await self._guard(self._live().flush(turn_id))
@@ -306,6 +312,30 @@ class VoxpoolSession:
         if self._conv is conv:  # ended with OK (idle timeout or end): reopen on next use
             self._conv = None
             self.started = None
+        await self._resend_unanswered(conv)
+
+    async def _resend_unanswered(self, conv: RollingConversation) -> None:
+        """Turns sent on a stream that then ended OK before any of their audio came: the server had ended the stream
+        (its idle timeout) as their text crossed the end on the wire, so nobody read it. Each goes again, whole, on
+        a new stream (flushed if it was), as the same turn; the caller hears it late rather than never."""
+        for turn_id, turn in list(self._turns.items()):
+            if turn.conv is not conv or turn.done or turn.origin_pts_ms is not None or not turn.heard.text:
+                continue
+            log.info("voxpool stream ended before turn %s was answered; sending it on a new stream", turn_id)
+            self._resending.add(turn_id)
+            try:
+                await self.open()
+                live = self._live()
+                kw = {"options": turn.options} if turn.options is not None else {}
+                await live.send_text(turn.heard.text, turn_id, **kw)
+                turn.conv = live
+                if turn.flushed:
+                    await live.flush(turn_id)
+            except Exception as exc:  # VoxpoolError, ConversationClosed: no server took it either
+                self._turns.pop(turn_id, None)
+                await self.handler(StreamBroken(self._as_error(exc), (turn_id,)))
+            finally:
+                self._resending.discard(turn_id)
 
     async def _route(self, ev: Event) -> None:
         if isinstance(ev, Audio):

@@ -151,6 +151,20 @@ async def test_a_stream_that_breaks_during_a_send_raises_unavailable_not_an_asse
     await session.close()
 
 
+def session_over(*streams: FakeConversation) -> tuple[VoxpoolSession, list]:
+    """A session (no word marks) whose client opens `streams` in order, and the list its handler fills."""
+    convs, got = list(streams), []
+
+    class Streams(FakeClient):
+        async def converse(self, config):
+            return convs.pop(0)
+
+    async def handler(ev):
+        got.append(ev)
+
+    return VoxpoolSession(Streams(), pb.SessionConfig(), handler, word_marks=False), got
+
+
 class EndedConversation(FakeConversation):
     """A stream the server ended (idle timeout) as the next turn's text was written: gRPC's core refuses the write
     on the client with INTERNAL, as a stream that finished during the write does."""
@@ -162,18 +176,7 @@ class EndedConversation(FakeConversation):
 async def test_a_new_turn_that_meets_a_stream_ended_under_it_goes_on_a_new_stream():
     """The text reached no server, so the session opens a new stream and sends it there once; the turn plays."""
     ended, fresh = EndedConversation(), FakeConversation()
-    convs = [ended, fresh]
-
-    class TwoStreams(FakeClient):
-        async def converse(self, config):
-            return convs.pop(0)
-
-    got = []
-
-    async def handler(ev):
-        got.append(ev)
-
-    session = VoxpoolSession(TwoStreams(), pb.SessionConfig(), handler, word_marks=False)
+    session, got = session_over(ended, fresh)
     await session.send_text("t2", "好的。")
     await session.flush("t2")
     assert session.streams_opened == 2
@@ -202,4 +205,39 @@ async def test_a_turn_already_on_a_stream_that_ends_under_it_is_not_sent_again()
         await session.send_text("t1", "欢迎致电。")
     assert err.value.code == grpc.StatusCode.INTERNAL
     assert session.streams_opened == 1 and not session.is_open
+    await session.close()
+
+
+@pytest.mark.parametrize("flushed_before_the_end", [True, False])
+async def test_a_turn_written_into_a_stream_that_then_ends_unanswered_goes_again_on_a_new_stream(flushed_before_the_end):
+    """The write was accepted, but the server had already ended the stream (its idle timeout): the stream ends OK
+    with the turn unanswered. The session sends the turn's text again, whole, on a new stream, flushed once."""
+    ended, fresh = FakeConversation(), FakeConversation()
+    session, got = session_over(ended, fresh)
+    await session.send_text("t2", "好的，")
+    await session.send_text("t2", "请稍等。")
+    if flushed_before_the_end:
+        await session.flush("t2")
+    ended.events.put_nowait(None)  # the stream ends OK, nothing said about t2
+    await drain(ended)
+    if not flushed_before_the_end:
+        await session.flush("t2")
+    assert session.streams_opened == 2
+    assert fresh.sent == [("text", "t2", "好的，请稍等。"), ("flush", "t2")]
+    fresh.events.put_nowait(TurnDone("t2", 50, 600, 0, 0, 3))
+    await drain(fresh)
+    assert [type(ev).__name__ for ev in got] == ["TurnDone"]  # the turn played; nothing was reported lost
+    await session.close()
+
+
+async def test_a_turn_that_was_heard_is_not_sent_again_when_its_stream_ends():
+    """Audio of the turn came before the stream ended: the server had it, so nothing is resent."""
+    conv = FakeConversation()
+    session, _ = session_over(conv)
+    await session.send_text("t1", "您好。")
+    conv.events.put_nowait(audio("t1", 0))
+    conv.events.put_nowait(None)
+    await drain(conv)
+    assert session.streams_opened == 1 and not session.is_open
+    assert conv.sent == [("text", "t1", "您好。")]
     await session.close()
