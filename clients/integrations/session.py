@@ -309,10 +309,11 @@ class VoxpoolSession:
             return
         except asyncio.CancelledError:
             raise
-        if self._conv is conv:  # ended with OK (idle timeout or end): reopen on next use
+        if self._conv is conv:  # ended with OK on its own (idle timeout or end): reopen on next use
             self._conv = None
             self.started = None
-        await self._resend_unanswered(conv)
+            await self._resend_unanswered(conv)
+        # else the session dropped it after a failed send: its turns were reported failed, none goes again
 
     async def _resend_unanswered(self, conv: RollingConversation) -> None:
         """Turns sent on a stream that then ended OK before any of their audio came: the server had ended the stream
