@@ -173,7 +173,8 @@ class CachingEngine:
         timings = RequestTimings(submitted_s=now_s())
         stream = OutputStream(request.request_id, flight.engine_stream.sample_rate_hz, asyncio.get_running_loop(),
                               timings, on_close=lambda rid: self._leave(flight, rid),
-                              on_skip=lambda samples: self._skip(flight, samples))
+                              on_skip=lambda samples: self._skip(flight, samples),
+                              on_hold=lambda samples: self._hold(flight, samples))
         flight.subscribers[request.request_id] = stream
         self._live[request.request_id] = flight
         for chunk in flight.chunks:  # a late joiner starts from the first chunk
@@ -193,6 +194,12 @@ class CachingEngine:
         shared by several calls keeps counting the audio as made)."""
         if len(flight.subscribers) == 1:
             flight.engine_stream.skip_leading(samples)
+
+    @staticmethod
+    def _hold(flight: _Flight, samples: int) -> None:
+        """A subscriber holds delivered samples before its playback queue: passed on, as `_skip`, for an only one."""
+        if len(flight.subscribers) == 1:
+            flight.engine_stream.hold(samples)
 
     def _leave(self, flight: _Flight, request_id: str) -> None:
         """A subscriber closed: drop it; the last one to leave cancels the engine request."""

@@ -59,6 +59,10 @@ class StreamSink(Protocol):
     def skipped_samples(self) -> int:
         """Leading samples of the request the consumer dropped unplayed (they take no playback time)."""
 
+    @property
+    def held_samples(self) -> int:
+        """Delivered samples the consumer holds before its playback queue (they are not playing yet)."""
+
     def publish_chunk(self, chunk: AudioChunk) -> None:
         """One audio chunk, in order."""
 
@@ -168,7 +172,8 @@ class EngineCore:
         self.gate = AdmissionGate(config.max_slots + config.max_waiting)
         self.scheduler = Scheduler(
             config, {v: r.timing for v, r in self.runners.items()}, unread_ms=lambda r: r.sink.unread_ms,
-            skipped_samples=lambda r: r.sink.skipped_samples
+            skipped_samples=lambda r: r.sink.skipped_samples,
+            held_samples=lambda r: r.sink.held_samples,
         )
         self.observer = ObserverFanout(list(observers))
         self.death: BaseException | None = None

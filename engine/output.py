@@ -34,6 +34,7 @@ class OutputStream:
         timings: RequestTimings,
         on_close: Callable[[str], None] | None = None,
         on_skip: Callable[[int], None] | None = None,
+        on_hold: Callable[[int], None] | None = None,
     ) -> None:
         self.request_id = request_id
         self.sample_rate_hz = sample_rate_hz
@@ -47,6 +48,8 @@ class OutputStream:
         self._consumed_samples = 0  # written by the loop only
         self._skipped_samples = 0  # written by the loop only: leading samples the consumer dropped unplayed
         self._on_skip = on_skip
+        self._held_samples = 0  # written by the loop only: delivered samples the consumer holds, not yet queued to play
+        self._on_hold = on_hold
         self._final_delivered = False
         self._closed = False
 
@@ -71,6 +74,18 @@ class OutputStream:
         self._skipped_samples += samples
         if self._on_skip is not None:
             self._on_skip(samples)
+
+    @property
+    def held_samples(self) -> int:
+        """Delivered samples the consumer still holds before its playback queue (a resampler's delay, a partial
+        frame): they play later than the engine's playback clock assumes, so the stream's buffer is that much thinner."""
+        return self._held_samples
+
+    def hold(self, samples: int) -> None:
+        """Loop side: the consumer now holds `samples` delivered samples not yet queued to play (an absolute count)."""
+        self._held_samples = max(0, int(samples))
+        if self._on_hold is not None:
+            self._on_hold(self._held_samples)
 
     @property
     def closed(self) -> bool:

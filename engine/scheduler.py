@@ -6,7 +6,8 @@ Policy (also in docs/engine.md):
   of its call) starts playing where that one's audio ends, plus the SSML gap between them (`play_start_s`); a
   chain head starts its clock with its first chunk. Every rule below reads this clock.
 * **Urgency.** A fresh request (a chain head with no audio yet) is urgent; any other streaming request is urgent
-  when its queued audio, `play start + audio delivered − now − deadline margin`, is below its next chunk plus
+  when its queued audio, `play start + audio delivered − audio the consumer still holds before its playback queue
+  (a resampler's delay, a partial frame) − now − deadline margin`, is below its next chunk plus
   `urgency_margin_ms` (the consumer needs each sample `deadline_margin_ms` before its play time: the edge's
   pacer). Non-streaming requests are never urgent.
 * **Lead window.** A streaming row whose decided mel is `max_lead_ms` ahead of playback skips the decoder.
@@ -159,11 +160,13 @@ class Scheduler:
         timings: dict[str, VoiceTiming],
         unread_ms: Callable[[Request], float],
         skipped_samples: Callable[[Request], int] = lambda request: 0,
+        held_samples: Callable[[Request], int] = lambda request: 0,
     ) -> None:
         self.config = config
         self.timings = timings
         self._unread_ms = unread_ms
         self._skipped_samples = skipped_samples
+        self._held_samples = held_samples
         self._last_decode_s: dict[str, float] = {}  # when each voice's previous decoder call was planned
 
     def commit(self, plan: Plan | ChunkPlan) -> None:
@@ -241,13 +244,19 @@ class Scheduler:
             return None
         return start + self.played_s(request)
 
+    def queued_end_s(self, request: Request) -> float:
+        """Seconds of the request's delivered audio in the consumer's playback queue: what will play, less what
+        the consumer still holds before that queue (its resampler's delay, a partial frame)."""
+        held_s = self._held_samples(request) / float(self.timings[request.voice].sample_rate_hz)
+        return self.played_s(request) - held_s
+
     def buffer_s(self, request: Request, now: float) -> float:
-        """Audio queued ahead of the consumer's playback: where the request's delivered audio ends on the call's
+        """Audio queued ahead of the consumer's playback: where the request's queued audio ends on the call's
         playback clock minus now, less the consumer's deadline margin (0 for a chain head before its first chunk)."""
         start = self.play_start_s(request, now)
         if start is None:
             return 0.0
-        return start + self.played_s(request) - now - request.spec.options.deadline_margin_ms / 1000.0
+        return start + self.queued_end_s(request) - now - request.spec.options.deadline_margin_ms / 1000.0
 
     def decoded_lead_s(self, request: Request, now: float) -> float | None:
         """How far the request's decided mel runs ahead of playback (None for a chain head before its first chunk)."""
@@ -282,7 +291,7 @@ class Scheduler:
         start = self.play_start_s(request, now)
         if start is None:
             return None
-        return (start + self.played_s(request) - request.spec.options.deadline_margin_ms / 1000.0
+        return (start + self.queued_end_s(request) - request.spec.options.deadline_margin_ms / 1000.0
                 - self._threshold_s(request))
 
     def is_young(self, request: Request) -> bool:

@@ -81,6 +81,13 @@ class TurnAudio:
         self._speech_sample: int | None = None  # where the turn's first speech starts among the samples pushed
         self._onset_marked = False
 
+    @property
+    def held_samples(self) -> int:
+        """Voice-rate samples pushed that are not in a frame yet: the onset held at the turn's start, the resampler's
+        delay and the framer's partial frame. They reach the pacer only with later audio (or the flush)."""
+        framed = round(self._audio_frames * self._frame_ms * self._voice_rate_hz / 1000)
+        return len(self._held) + max(0, self._voice_samples - framed)
+
     def begin_segment(self, segment: object = None) -> None:
         """A new segment starts: the word times pushed next count from here; an SSML segment sets its own volume
         (<prosody volume>, the turn's outside it; silent: its time passes as silence). Only the turn's first

@@ -74,6 +74,7 @@ class Producer:
                 follows = prepared.request_id
                 self._last = (follows, turn)
                 audio.begin_segment(seg)
+                prepared.stream.hold(audio.held_samples)  # the previous segment's tail, not queued to play yet
                 ahead.look_ahead(follows)  # the next segment goes to the engine while this one plays
                 async with contextlib.aclosing(self.synthesis.stream(turn, prepared)) as chunks:
                     async for samples, text_pos, words in chunks:
@@ -82,8 +83,10 @@ class Producer:
                         trimmed = audio.trimmed_samples
                         for frame in audio.push(samples, text_pos, words):
                             self.release.push(frame)
-                        # the leading silence dropped never plays: the engine's playback clock must not count it
+                        # the leading silence dropped never plays: the engine's playback clock must not count it;
+                        # what the resampler and framer still hold is not queued to play yet
                         prepared.stream.skip_leading(audio.trimmed_samples - trimmed)
+                        prepared.stream.hold(audio.held_samples)
                         ahead.look_ahead(follows)
                         await self.release.wait_for_room()
                         if not turn.active:

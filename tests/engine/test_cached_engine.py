@@ -91,7 +91,7 @@ async def test_concurrent_identical_misses_synthesize_once() -> None:
     assert await engine.drain(5.0)
 
 
-async def test_a_lone_subscribers_dropped_lead_reaches_the_engine_clock_a_shared_ones_does_not() -> None:
+async def test_a_lone_subscribers_dropped_lead_and_held_audio_reach_the_engine_clock_a_shared_ones_do_not() -> None:
     engine, runner = await make(FakeRunner(frames_per_id=60))
     alone = engine.submit(req("a", seed=1))
     alone.skip_leading(120)
@@ -100,6 +100,9 @@ async def test_a_lone_subscribers_dropped_lead_reaches_the_engine_clock_a_shared
     first, second = engine.submit(req("b", seed=2)), engine.submit(req("c", seed=2))
     first.skip_leading(50)  # the synthesis plays in two calls: its audio stays counted as made
     assert first.skipped_samples == 50 and engine._live["b"].engine_stream.skipped_samples == 0
+    alone.hold(70)  # so do samples a consumer holds before its playback queue
+    first.hold(30)
+    assert flight.engine_stream.held_samples == 70 and engine._live["b"].engine_stream.held_samples == 0
     await asyncio.gather(*(events_of(s) for s in (alone, first, second)))
     assert await engine.drain(5.0)
 

@@ -21,6 +21,7 @@ class Sink:
     def __init__(self) -> None:
         self.unread = 0.0
         self.skipped = 0
+        self.held = 0
 
     @property
     def unread_ms(self) -> float:
@@ -29,6 +30,10 @@ class Sink:
     @property
     def skipped_samples(self) -> int:
         return self.skipped
+
+    @property
+    def held_samples(self) -> int:
+        return self.held
 
 
 def req(rid: str, t: float = 0.0, streaming: bool = True) -> Request:
@@ -45,7 +50,8 @@ def setup(n: int, **cfg) -> tuple[Scheduler, RequestPool, list[Request]]:
         pool.enqueue(r)
     pool.admit()
     return Scheduler(config, {"v": TIMING}, unread_ms=lambda r: r.sink.unread_ms,
-                     skipped_samples=lambda r: r.sink.skipped_samples), pool, requests
+                     skipped_samples=lambda r: r.sink.skipped_samples,
+                     held_samples=lambda r: r.sink.held_samples), pool, requests
 
 
 def decoding(r: Request, decoded: int, decided: int | None = None, emitted: int = 0) -> None:
@@ -465,6 +471,22 @@ def test_leading_samples_the_consumer_dropped_take_no_playback_time() -> None:
     assert sched.decoded_lead_s(head, 10.2) == pytest.approx(10.0 + 1.8 - 0.3 - 10.2)
     head.status, head.samples_emitted = Status.DONE, 1900
     assert sched.play_end_s(head) == pytest.approx(10.0 + 1.6)
+
+
+def test_audio_the_consumer_still_holds_is_not_queued_to_play() -> None:
+    """Samples delivered but held at the edge (its resampler's delay, a partial frame) are not in the pacer's queue
+    yet: the stream's buffer is that much thinner, so it is urgent and starving sooner; its length is unchanged."""
+    sched, _, (head,) = setup(1, urgency_margin_ms=100.0, starving_buffer_ms=150.0)
+    decoding(head, decoded=200, decided=180, emitted=40)
+    head.samples_emitted, head.timings.first_audio_s = 400, 10.0  # 0.4 s sent, playing since t=10
+    nxt = follower("n", head)
+    buffer_s, urgent_at_s, start_s = sched.buffer_s(head, 10.2), sched.urgent_at(head, 10.2), sched.play_start_s(nxt, 10.2)
+    assert not sched.starving(head, 10.2)  # 0.2 s queued
+    head.sink.held = 60  # 60 ms of it still in the edge's resampler and framer
+    assert sched.buffer_s(head, 10.2) == pytest.approx(buffer_s - 0.06)
+    assert sched.urgent_at(head, 10.2) == pytest.approx(urgent_at_s - 0.06)
+    assert sched.starving(head, 10.2)  # 0.14 s queued at the pacer
+    assert sched.play_start_s(nxt, 10.2) == pytest.approx(start_s)  # it plays later, not shorter
 
 
 def test_a_follower_with_audio_queued_ahead_is_neither_urgent_nor_young_nor_held() -> None:

@@ -197,3 +197,57 @@ async def test_the_leading_silence_dropped_is_reported_to_the_engine_clock(tiny_
     expected = round(rate_hz * (QuietStartEngine.QUIET_MS - ONSET_KEEP_MS) / 1000)
     assert abs(first.skipped_samples - expected) <= round(rate_hz * WINDOW_MS / 1000)
     assert rest and all(s.skipped_samples == 0 for s in rest)  # later segments are not trimmed
+
+
+def test_held_samples_are_those_pushed_and_not_yet_in_a_frame() -> None:
+    """What the engine must not count as queued to play: the onset held while no speech came, then the resampler's
+    delay and the framer's partial frame; the flush releases all of it."""
+    audio = new_audio()
+    audio.push(silence(40), 0)
+    assert audio.held_samples == samples(40)  # all of it may become the onset
+    frames = audio.push(speech(310), 3)
+    framed = samples(len(frames) * FRAME_MS)
+    assert 0 < audio.held_samples == samples(40) + samples(310) - audio.trimmed_samples - framed
+    assert audio.held_samples < samples(FRAME_MS + 40)  # a partial frame plus the resampler's delay at most
+    frames += audio.push(speech(200), 4)
+    assert audio.held_samples == samples(40 + 510) - audio.trimmed_samples - samples(len(frames) * FRAME_MS)
+    audio.flush(4)
+    assert audio.held_samples == 0
+
+
+class HoldRecordingEngine(EngineWrapper):
+    """Wraps the engine: records every `hold` report each stream gets from the call."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.holds: list[list[int]] = []
+
+    def wrap(self, stream):
+        reports: list[int] = []
+        self.holds.append(reports)
+        self.rate_hz = stream.sample_rate_hz
+
+        async def same(ev):
+            return ev
+
+        wrapper = StreamWrapper(stream, same)
+
+        def hold(samples: int) -> None:
+            reports.append(samples)
+            stream.hold(samples)
+
+        wrapper.hold = hold
+        return wrapper
+
+
+async def test_the_audio_the_edge_holds_is_reported_to_the_engine_clock(tiny_server) -> None:
+    """After each chunk the call tells the segment's engine stream how much of the turn's audio its resampler and
+    framer still hold (not queued to play yet), and a follower learns its predecessor's tail before its first chunk."""
+    engine = tiny_server.deps.engine = HoldRecordingEngine(tiny_server.deps.engine)
+    async with stub_for(tiny_server.port) as stub:
+        events = await collect(stub.Synthesize(pb.SynthesizeRequest(text="您好，欢迎致电。请稍候。")))
+    assert events[-1].HasField("turn_done")
+    assert len(engine.holds) >= 2 and all(engine.holds)
+    most = round(engine.rate_hz * (FRAME_MS + 40) / 1000)  # a partial frame and the resampler's delay
+    assert all(0 <= n <= most for reports in engine.holds for n in reports)
+    assert any(n > 0 for reports in engine.holds for n in reports)
