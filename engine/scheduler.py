@@ -12,7 +12,8 @@ Policy (also in docs/engine.md):
   pacer). Non-streaming requests are never urgent.
 * **Lead window.** A streaming row whose decided mel is `max_lead_ms` ahead of playback skips the decoder.
 * **Encode.** Admitted requests are encoded oldest first, at most `max_encode_per_iteration` per iteration,
-  so a burst of newcomers cannot stall the decoder step of running streams for long.
+  so a burst of newcomers cannot stall the decoder step of running streams for long; chain heads before
+  followers (a segment submitted ahead has its call's audio queued before it), never both in one batch.
 * **Decode.** Every decoding request takes one batched decoder call per iteration. Its number of steps keeps
   the mel ahead of playback: ceil(`decode_pace` · time since the previous call / audio per step), twice
   that while a chain head is young (fewer than RAMP_CHUNKS chunks sent) or new, at least
@@ -396,7 +397,13 @@ class Scheduler:
         urgent = {id(r) for r in runnable if self.is_urgent(r, now)}
         plan.urgent = len(urgent)
 
-        encodable = sorted((r for r in runnable if r.status is Status.ENCODING), key=lambda r: r.timings.submitted_s)
+        # chain heads first (their callers wait), then followers (their audio plays after queued audio), never
+        # both in one batch: a burst of new calls is not slowed by the rest of each turn, and a short first clause
+        # is not padded to a long follower's length
+        encodable = sorted((r for r in runnable if r.status is Status.ENCODING),
+                           key=lambda r: (r.follows_audio, r.timings.submitted_s))
+        if encodable and not encodable[0].follows_audio:
+            encodable = [r for r in encodable if not r.follows_audio]
         for request in encodable[: cfg.max_encode_per_iteration]:
             plan.encode.setdefault(request.voice, []).append(request)
 

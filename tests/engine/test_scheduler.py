@@ -181,6 +181,24 @@ def test_decode_cap_prefers_urgent_rows() -> None:
     assert plan.urgent >= 1
 
 
+def test_chain_heads_are_encoded_before_followers() -> None:
+    """A segment submitted ahead (it follows another) is encoded only once no chain head waits for the encoder:
+    a burst of new calls gets its first audio out before the rest of each turn costs encoder time; encoder batches
+    do not pad a short first clause to a long follower."""
+    sched, pool, (h0, h1) = setup(2, max_encode_per_iteration=4)
+    f0, f1 = follower("f0", h0), follower("f1", h1)
+    for f in (f0, f1):
+        f.timings.submitted_s = 0.0005  # submitted between the heads
+        pool.enqueue(f)
+    pool.admit()
+    plan = sched.plan(pool, now=0.01)
+    assert plan.encode["v"] == [h0, h1]
+    for h in (h0, h1):
+        decoding(h, decoded=2)
+    plan = sched.plan(pool, now=0.02)
+    assert plan.encode["v"] == [f0, f1]
+
+
 def test_encode_is_bounded_per_iteration() -> None:
     sched, pool, rs = setup(6, max_encode_per_iteration=2)
     plan = sched.plan(pool, 1.0)
