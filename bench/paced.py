@@ -11,8 +11,8 @@ What a gateway would have heard is computed from the chunk arrivals by `paced_fr
 of the call's pacer (service/pacing.py, checked equal to it in tests/bench/test_paced.py): frame k of a turn
 plays at t0 + k·frame, is released no earlier than its play time minus the lead, never before its audio arrived;
 while audio is expected and none is there, a silence frame takes the slot once its deadline passes. The pacer's
-turn start buffer (`audio.start_buffer_ms`, 160 ms) is not modelled: in process the model's leading silence is not
-cut, so a turn's first chunk (200 ms) already fills it. The next turn
+turn start buffer (`audio.start_buffer_ms`) is not modelled: in process a turn starts playing on its first chunk
+(200 ms, its leading silence not cut), where the gRPC path waits for a second chunk. The next turn
 starts when the turn's last frame was released (the gRPC client gets turn_done then). The per-turn and summary
 figures are bench.metrics' (`turn_metrics`, `summarize`): one formula for on-time chunks, underrun fill and
 TTFA, over the wire and in process. TTFA here runs from the submit of the turn's first segment (the gRPC one also

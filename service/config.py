@@ -78,9 +78,10 @@ class AudioConfig:
     preroll_ms: int = 0
     fade_ms: int = 5
     # Server side only (no client setting): a turn's playout starts once this much audio is queued, or the turn's
-    # audio ended, or start_wait_ms after its first frame, so that it does not start on a thin buffer.
-    start_buffer_ms: int = 160
-    start_wait_ms: int = 200
+    # audio ended, or start_wait_ms after its first frame, so that it does not start on a thin buffer: more than
+    # the engine's first chunk (200 ms), so a turn starts with its second chunk in hand (deploy/config/voxpool.yaml).
+    start_buffer_ms: int = 260
+    start_wait_ms: int = 300
 
 
 @dataclass
