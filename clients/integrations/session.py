@@ -205,7 +205,17 @@ class VoxpoolSession:
             return  # reader sends it again, and flushes it after its text
         if self.word_marks and not self._server_words:
             await self._mark(turn_id, turn, final=True)
-        await self._guard(self._live().flush(turn_id))
+        conv = self._live()
+        try:
+            await conv.flush(turn_id)
+        except Exception as exc:  # VoxpoolError, ConversationClosed: the stream ended under us
+            await self._drop_stream(conv)
+            if not (self._ended_under_us(exc) and turn.conv is conv and turn.origin_pts_ms is None):
+                raise self._as_error(exc) from exc
+            # the server ended the stream (its idle timeout) before the turn was answered: its text reached nobody
+            # who will speak it, so it goes again, whole, on a new stream, as the reader does for a quiet end
+            log.info("voxpool stream ended as turn %s was flushed (%s); sending it on a new stream", turn_id, exc)
+            await self._resend(turn_id, turn)
 
     async def clear(self, turn_id: str = "") -> None:
         """Barge-in: stop the turn (empty: every turn); the server answers Cleared with the text heard."""
@@ -323,20 +333,25 @@ class VoxpoolSession:
             if turn.conv is not conv or turn.done or turn.origin_pts_ms is not None or not turn.heard.text:
                 continue
             log.info("voxpool stream ended before turn %s was answered; sending it on a new stream", turn_id)
-            self._resending.add(turn_id)
-            try:
-                await self.open()
-                live = self._live()
-                kw = {"options": turn.options} if turn.options is not None else {}
-                await live.send_text(turn.heard.text, turn_id, **kw)
-                turn.conv = live
-                if turn.flushed:
-                    await live.flush(turn_id)
-            except Exception as exc:  # VoxpoolError, ConversationClosed: no server took it either
-                self._turns.pop(turn_id, None)
-                await self.handler(StreamBroken(self._as_error(exc), (turn_id,)))
-            finally:
-                self._resending.discard(turn_id)
+            await self._resend(turn_id, turn)
+
+    async def _resend(self, turn_id: str, turn: _Turn) -> None:
+        """Send an unanswered turn's whole text again on a new stream (flushed if it was); if no server takes it,
+        the handler gets StreamBroken for it."""
+        self._resending.add(turn_id)
+        try:
+            await self.open()
+            live = self._live()
+            kw = {"options": turn.options} if turn.options is not None else {}
+            await live.send_text(turn.heard.text, turn_id, **kw)
+            turn.conv = live
+            if turn.flushed:
+                await live.flush(turn_id)
+        except Exception as exc:  # VoxpoolError, ConversationClosed: no server took it either
+            self._turns.pop(turn_id, None)
+            await self.handler(StreamBroken(self._as_error(exc), (turn_id,)))
+        finally:
+            self._resending.discard(turn_id)
 
     async def _route(self, ev: Event) -> None:
         if isinstance(ev, Audio):

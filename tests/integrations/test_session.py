@@ -241,3 +241,42 @@ async def test_a_turn_that_was_heard_is_not_sent_again_when_its_stream_ends():
     assert session.streams_opened == 1 and not session.is_open
     assert conv.sent == [("text", "t1", "您好。")]
     await session.close()
+
+
+async def test_a_flush_refused_by_a_stream_that_ended_under_it_sends_the_turn_again():
+    """The turn's text was accepted, then the server ended the stream (its idle timeout) and gRPC's core refused the
+    flush (INTERNAL): the turn was never answered, so it goes again, whole and flushed, on a new stream; the
+    gateway is told nothing failed."""
+    ended, fresh = FakeConversation(), FakeConversation()
+    session, got = session_over(ended, fresh)
+    await session.send_text("t2", "好的，请稍等。")
+
+    async def refused(turn_id=""):
+        raise VoxpoolError(grpc.StatusCode.INTERNAL, "Internal error from Core")
+
+    ended.flush = refused
+    await session.flush("t2")  # no error reaches the caller
+    assert session.streams_opened == 2
+    assert fresh.sent == [("text", "t2", "好的，请稍等。"), ("flush", "t2")]
+    fresh.events.put_nowait(TurnDone("t2", 50, 600, 0, 0, 3))
+    await drain(fresh)
+    assert [type(ev).__name__ for ev in got] == ["TurnDone"]
+    await session.close()
+
+
+async def test_a_flush_refused_after_the_turn_was_heard_is_reported_not_resent():
+    """Audio of the turn had come: the server had it, so a refused flush is the caller's error to see."""
+    conv = FakeConversation()
+    session, _ = session_over(conv)
+    await session.send_text("t1", "您好。")
+    conv.events.put_nowait(audio("t1", 0))
+    await asyncio.sleep(0.02)
+
+    async def refused(turn_id=""):
+        raise VoxpoolError(grpc.StatusCode.INTERNAL, "Internal error from Core")
+
+    conv.flush = refused
+    with pytest.raises(VoxpoolError) as err:
+        await session.flush("t1")
+    assert err.value.code == grpc.StatusCode.INTERNAL and session.streams_opened == 1
+    await session.close()
