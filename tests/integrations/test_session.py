@@ -208,6 +208,16 @@ async def test_a_turn_already_on_a_stream_that_ends_under_it_is_not_sent_again()
     await session.close()
 
 
+async def played_on_the_second_stream(session: VoxpoolSession, fresh: FakeConversation, got: list) -> None:
+    """Turn t2 went, whole and flushed once, on a second stream and played there; nothing was reported lost."""
+    assert session.streams_opened == 2
+    assert fresh.sent == [("text", "t2", "好的，请稍等。"), ("flush", "t2")]
+    fresh.events.put_nowait(TurnDone("t2", 50, 600, 0, 0, 3))
+    await drain(fresh)
+    assert [type(ev).__name__ for ev in got] == ["TurnDone"]
+    await session.close()
+
+
 @pytest.mark.parametrize("flushed_before_the_end", [True, False])
 async def test_a_turn_written_into_a_stream_that_then_ends_unanswered_goes_again_on_a_new_stream(flushed_before_the_end):
     """The write was accepted, but the server had already ended the stream (its idle timeout): the stream ends OK
@@ -222,20 +232,21 @@ async def test_a_turn_written_into_a_stream_that_then_ends_unanswered_goes_again
     await drain(ended)
     if not flushed_before_the_end:
         await session.flush("t2")
-    assert session.streams_opened == 2
-    assert fresh.sent == [("text", "t2", "好的，请稍等。"), ("flush", "t2")]
-    fresh.events.put_nowait(TurnDone("t2", 50, 600, 0, 0, 3))
-    await drain(fresh)
-    assert [type(ev).__name__ for ev in got] == ["TurnDone"]  # the turn played; nothing was reported lost
-    await session.close()
+    await played_on_the_second_stream(session, fresh, got)
 
 
-async def test_a_turn_that_was_heard_is_not_sent_again_when_its_stream_ends():
-    """Audio of the turn came before the stream ended: the server had it, so nothing is resent."""
+async def heard_turn() -> tuple[VoxpoolSession, FakeConversation]:
+    """A session whose one stream carries turn t1 ("您好。"), its first audio queued to come."""
     conv = FakeConversation()
     session, _ = session_over(conv)
     await session.send_text("t1", "您好。")
     conv.events.put_nowait(audio("t1", 0))
+    return session, conv
+
+
+async def test_a_turn_that_was_heard_is_not_sent_again_when_its_stream_ends():
+    """Audio of the turn came before the stream ended: the server had it, so nothing is resent."""
+    session, conv = await heard_turn()
     conv.events.put_nowait(None)
     await drain(conv)
     assert session.streams_opened == 1 and not session.is_open
@@ -256,20 +267,12 @@ async def test_a_flush_refused_by_a_stream_that_ended_under_it_sends_the_turn_ag
 
     ended.flush = refused
     await session.flush("t2")  # no error reaches the caller
-    assert session.streams_opened == 2
-    assert fresh.sent == [("text", "t2", "好的，请稍等。"), ("flush", "t2")]
-    fresh.events.put_nowait(TurnDone("t2", 50, 600, 0, 0, 3))
-    await drain(fresh)
-    assert [type(ev).__name__ for ev in got] == ["TurnDone"]
-    await session.close()
+    await played_on_the_second_stream(session, fresh, got)
 
 
 async def test_a_flush_refused_after_the_turn_was_heard_is_reported_not_resent():
     """Audio of the turn had come: the server had it, so a refused flush is the caller's error to see."""
-    conv = FakeConversation()
-    session, _ = session_over(conv)
-    await session.send_text("t1", "您好。")
-    conv.events.put_nowait(audio("t1", 0))
+    session, conv = await heard_turn()
     await asyncio.sleep(0.02)
 
     async def refused(turn_id=""):
