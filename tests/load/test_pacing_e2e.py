@@ -43,16 +43,17 @@ async def test_realtime_release_follows_playback(tiny_server):
 
 
 async def test_underrun_sends_silence_and_no_burst_after(tiny_server):
-    tiny_server.deps.engine = StallingEngine(tiny_server.deps.engine, stall_s=0.6)
+    tiny_server.deps.engine = StallingEngine(tiny_server.deps.engine, stall_s=1.0)
     async with stub_for(tiny_server.port) as stub:
         received = await timed_events(stub, [
             config_event(pacing=pb.Pacing.REALTIME, lead_ms=LEAD_MS), text_event("好的。"), flush_event(), end_event(),
         ])
     frames = audio_timeline(received)
     silent = [i for i, (_, a) in enumerate(frames) if a.silence]
-    assert silent, "a 600 ms stall must be filled with flagged silence frames"
+    assert silent, "a 1 s stall must be filled with flagged silence frames"
     assert all(len(a.payload) == 160 for _, a in frames)
-    assert len(silent) >= 20  # ~0.6 s minus what the lead and the first chunk covered
+    # ~1 s minus what the turn's start wait (audio.start_wait_ms, 300), the lead and the first chunk covered
+    assert len(silent) >= 20
     # seq and pts stay contiguous through the silence
     assert [a.seq for _, a in frames] == list(range(len(frames)))
     assert [a.pts_ms for _, a in frames] == [FRAME_MS * i for i in range(len(frames))]

@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import platform
+from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -33,55 +34,70 @@ ENCODINGS = {"pcmu_8000": (pb.AudioFormat.PCMU, 8000), "l16_24000": (pb.AudioFor
 @pytest.fixture(scope="module")
 def default_voices() -> dict:
     """The default voice loaded exactly as `voxpool serve` loads it (default config: weight path, install)."""
-    from service.config import load_config
-    from service.server import load_voices
-
-    cfg = load_config(None, environ={})
     from concurrent.futures import ThreadPoolExecutor
 
+    from service.server import load_voices
+
+    cfg = service_config()
     with ThreadPoolExecutor(1) as pool:  # as serve(): the loader thread is not the one that runs the engine
         return pool.submit(load_voices, cfg, (cfg.voice.default,)).result()
 
 
-async def synthesize_over_grpc(voices: dict, encoding: int, rate_hz: int) -> list[np.ndarray]:
-    """Each GRPC_SENTENCES entry through Synthesize (ASAP, seed = its index): decoded float audio at `rate_hz`."""
-    from engine.async_engine import AsyncEngine
+def service_config(engine: dict | None = None):
+    """The default service configuration, `engine` keys (EngineConfig fields) laid over it."""
     from service.config import load_config
-    from service.server import VoxpoolServer, engine_config
 
     cfg = load_config(None, environ={})
+    cfg.engine.update(engine or {})
+    return cfg
+
+
+@asynccontextmanager
+async def quality_server(voices: dict, engine: dict | None = None):
+    """A server over `voices` with the default configuration (and `engine` keys), started once per test: a stub."""
+    from engine.async_engine import AsyncEngine
+    from service.server import VoxpoolServer, engine_config
+
+    cfg = service_config(engine)
     cfg.server.port, cfg.server.host = 0, "127.0.0.1"
     cfg.limits.max_session_s = 3600  # quality, not speed: a long sentence on a crowded machine took over 300 s
     server = VoxpoolServer(cfg, AsyncEngine.from_config(engine_config(cfg, tuple(voices)), voices=voices), voices)
     await server.start()
-    out = []
     try:
         async with stub_for(server.port) as stub:
-            for i, text in enumerate(GRPC_SENTENCES):
-                events = await collect(stub.Synthesize(pb.SynthesizeRequest(
-                    text=text, seed=i,  # Synthesize paces ASAP by default: no underrun silence
-                    audio=pb.AudioFormat(encoding=encoding, sample_rate_hz=rate_hz))))
-                name = "PCMU" if encoding == pb.AudioFormat.PCMU else "L16"
-                frames = [e.audio for e in events if e.HasField("audio")]
-                assert events[-1].HasField("turn_done") and frames, f"sentence {i}: no audio"
-                out.append(np.concatenate([decode(f.payload, name) for f in frames]).astype(np.float32))
+            yield stub
     finally:
         await server.stop()
-    return out
+
+
+async def synthesize_over_grpc(stub, encoding: int, rate_hz: int) -> list[np.ndarray]:
+    """Each GRPC_SENTENCES entry through Synthesize (ASAP, seed = its index), all in flight together as callers'
+    prompts would be (the engine batches them): decoded float audio at `rate_hz`, in sentence order."""
+    name = "PCMU" if encoding == pb.AudioFormat.PCMU else "L16"
+
+    async def one(i: int, text: str) -> np.ndarray:
+        events = await collect(stub.Synthesize(pb.SynthesizeRequest(
+            text=text, seed=i,  # Synthesize paces ASAP by default: no underrun silence
+            audio=pb.AudioFormat(encoding=encoding, sample_rate_hz=rate_hz))))
+        frames = [e.audio for e in events if e.HasField("audio")]
+        assert events[-1].HasField("turn_done") and frames, f"sentence {i}: no audio"
+        return np.concatenate([decode(f.payload, name) for f in frames]).astype(np.float32)
+
+    return list(await asyncio.gather(*(one(i, text) for i, text in enumerate(GRPC_SENTENCES))))
 
 
 async def test_grpc_path_dnsmos_holds_its_baseline(default_voices) -> None:
     """Each encoding's mean OVRL over GRPC_RENDERINGS renderings of the sentences, against the recorded baseline. A
-    turn's segments run in the engine together (the next one is submitted while one plays), and int8 arithmetic
-    rounds by batch, so one rendering's mean moves by about ±0.05 from run to run: a single one cannot be judged
-    within 0.05."""
+    turn's segments and the five sentences run in the engine together, and int8 arithmetic rounds by batch, so one
+    rendering's mean moves by about ±0.05 from run to run: a single one cannot be judged within 0.05."""
     scores: dict[str, list[float]] = {}
-    for key, (encoding, rate_hz) in ENCODINGS.items():
-        runs = []
-        for _ in range(GRPC_RENDERINGS):
-            clips = await synthesize_over_grpc(default_voices, encoding, rate_hz)
-            runs.append([dnsmos(clip, rate_hz)["ovrl"] for clip in clips])
-        scores[key] = np.mean(runs, axis=0).tolist()  # per sentence, over the renderings
+    async with quality_server(default_voices) as stub:
+        for key, (encoding, rate_hz) in ENCODINGS.items():
+            runs = []
+            for _ in range(GRPC_RENDERINGS):
+                clips = await synthesize_over_grpc(stub, encoding, rate_hz)
+                runs.append([dnsmos(clip, rate_hz)["ovrl"] for clip in clips])
+            scores[key] = np.mean(runs, axis=0).tolist()  # per sentence, over the renderings
     means = {k: float(np.mean(v)) for k, v in scores.items()}
     print(f"\nDNSMOS OVRL over gRPC: " + ", ".join(f"{k} {m:.3f} {np.round(scores[k], 3).tolist()}"
                                                     for k, m in means.items()))
@@ -89,13 +105,14 @@ async def test_grpc_path_dnsmos_holds_its_baseline(default_voices) -> None:
         BASELINE.write_text(json.dumps({
             "recorded_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M"), "machine": platform.machine(),
             "sentences": list(GRPC_SENTENCES), "seeds": list(range(len(GRPC_SENTENCES))), "pacing": "ASAP",
-            "renderings": GRPC_RENDERINGS,
+            "renderings": GRPC_RENDERINGS, "sentences_in_flight": "together",
             "ovrl_mean": means, "ovrl_per_sentence": scores,
         }, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         pytest.skip(f"baseline recorded in {BASELINE.name}; run again to compare")
     baseline = json.loads(BASELINE.read_text(encoding="utf-8"))
     assert baseline["sentences"] == list(GRPC_SENTENCES), "the baseline scores other sentences: re-record it"
     assert baseline.get("renderings") == GRPC_RENDERINGS, "the baseline averages other renderings: re-record it"
+    assert baseline.get("sentences_in_flight") == "together", "the baseline rendered one at a time: re-record it"
     for key, mean in means.items():
         floor = baseline["ovrl_mean"][key] - OVRL_DROP_MAX
         assert mean >= floor, f"{key}: mean OVRL {mean:.3f} < baseline {baseline['ovrl_mean'][key]:.3f} − 0.05"
@@ -105,16 +122,26 @@ WIDEBAND_RATES_HZ = (16000, 22050, 32000, 44100, 48000)  # every offered rate fr
 WIDEBAND_REFERENCE_HZ = 24000
 
 
-async def test_grpc_wideband_rates_stay_within_005_ovrl_of_24_khz(default_voices) -> None:
+async def test_grpc_wideband_rates_stay_within_005_ovrl_of_24_khz() -> None:
     """The same sentences and seeds as L16 at each wideband rate: resampling to the call's rate (and DNSMOS's own
-    resampling to 16 kHz) leaves the mean OVRL within 0.05 of the voice's native 24 kHz output."""
+    resampling to 16 kHz) leaves the mean OVRL within 0.05 of the voice's native 24 kHz output. The engine runs in
+    fp32 here: int8's dynamic quantization rounds by batch, so two int8 renderings of the same sentences differ by
+    up to ±0.05 mean OVRL, while fp32 gives the same speech at every rate and the comparison sees the resampling."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from protos.voxpool.v1 import wire
+    from service.server import load_voices
 
     assert set(WIDEBAND_RATES_HZ) | {WIDEBAND_REFERENCE_HZ} == {r for r in wire.SAMPLE_RATES_HZ if r >= 16000}
+    fp32 = {"weights": "fp32", "vocoder_dtype": "float32"}
+    cfg = service_config(fp32)
+    with ThreadPoolExecutor(1) as pool:  # as serve(): the loader thread is not the one that runs the engine
+        voices = pool.submit(load_voices, cfg, (cfg.voice.default,)).result()
     means: dict[int, float] = {}
-    for rate_hz in (WIDEBAND_REFERENCE_HZ, *WIDEBAND_RATES_HZ):
-        clips = await synthesize_over_grpc(default_voices, pb.AudioFormat.L16, rate_hz)
-        means[rate_hz] = float(np.mean([dnsmos(clip, rate_hz)["ovrl"] for clip in clips]))
+    async with quality_server(voices, fp32) as stub:
+        for rate_hz in (WIDEBAND_REFERENCE_HZ, *WIDEBAND_RATES_HZ):
+            clips = await synthesize_over_grpc(stub, pb.AudioFormat.L16, rate_hz)
+            means[rate_hz] = float(np.mean([dnsmos(clip, rate_hz)["ovrl"] for clip in clips]))
     print("\nDNSMOS OVRL over gRPC, L16: " + ", ".join(f"{r} Hz {m:.3f}" for r, m in means.items()))
     reference = means[WIDEBAND_REFERENCE_HZ]
     far = {r: m for r, m in means.items() if abs(m - reference) > OVRL_DROP_MAX}
