@@ -148,15 +148,26 @@ async def test_grpc_wideband_rates_stay_within_005_ovrl_of_24_khz() -> None:
     assert not far, f"mean OVRL more than {OVRL_DROP_MAX} from 24 kHz's {reference:.3f}: {far}"
 
 
+@pytest.fixture(scope="module")
+def fp32_whole_ovrl(default_voices) -> list[float]:
+    """Each quality sentence rendered whole by the fp32 voice and vocoded at once (seed = its index): its OVRL. The
+    reference of both vocoder cases below, computed once."""
+    from models.voices.bundle import load_voice
+
+    (name, _), = default_voices.items()
+    fp32 = load_voice(name, weights="fp32")
+    rate_hz = int(fp32.sample_rate_hz)
+    return [dnsmos(render(fp32, ids, seed=i)[1], rate_hz)["ovrl"] for i, ids in enumerate(sentence_ids())]
+
+
 @pytest.mark.parametrize("vocoder_dtype", ["default", "bfloat16"])
-async def test_engine_streamed_audio_stays_within_005_ovrl_of_fp32_whole_utterance(default_voices,
+async def test_engine_streamed_audio_stays_within_005_ovrl_of_fp32_whole_utterance(default_voices, fp32_whole_ovrl,
                                                                                     vocoder_dtype: str) -> None:
     """The ten quality sentences: the engine's streamed audio (default weights, all ten in flight together) against
     the fp32 voice rendering each sentence whole and vocoding the whole mel at once, same seeds. `default` is the
     path the service runs; `bfloat16` is the opt-in bf16 vocoder copy (engine.vocoder_dtype), which may become the
     default only while this case passes (docs/benchmarks.md, "The vocoder's arithmetic")."""
     from engine import AsyncEngine, EngineConfig, FinishReason, SynthesisRequest
-    from models.voices.bundle import load_voice
 
     (name, voice), = default_voices.items()
     dtype = {} if vocoder_dtype == "default" else {"vocoder_dtype": vocoder_dtype}
@@ -171,13 +182,11 @@ async def test_engine_streamed_audio_stays_within_005_ovrl_of_fp32_whole_utteran
             for i, ids in enumerate(all_ids)))
     finally:
         await engine.stop()
-    fp32 = load_voice(name, weights="fp32")
-    rate_hz = int(fp32.sample_rate_hz)
-    streamed, whole = [], []
-    for i, (ids, (audio, _, final)) in enumerate(zip(all_ids, results)):
+    rate_hz = int(voice.sample_rate_hz)
+    streamed, whole = [], fp32_whole_ovrl
+    for i, (audio, _, final) in enumerate(results):
         assert final.reason is FinishReason.COMPLETED, f"sentence {i}: {final.reason}"
         streamed.append(dnsmos(np.asarray(audio, dtype=np.float32), rate_hz)["ovrl"])
-        whole.append(dnsmos(render(fp32, ids, seed=i)[1], rate_hz)["ovrl"])
     print(f"\nDNSMOS OVRL ({config.weights}, vocoder {config.vocoder_dtype}, streamed) {np.mean(streamed):.3f} "
           f"{np.round(streamed, 3).tolist()}; "
           f"fp32 whole {np.mean(whole):.3f} {np.round(whole, 3).tolist()}")
