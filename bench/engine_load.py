@@ -185,6 +185,14 @@ def iteration_summary(observer: RecordingObserver) -> dict[str, Any]:
         "deferred_chunks": sum(s.deferred_chunks for s in its),
         "decode_ms_per_call_mean": statistics.fmean([s.decode_s * 1000 for s in its if s.decode_batch]) if dec else 0.0,
         "vocode_ms_per_call_mean": statistics.fmean([s.vocode_s * 1000 for s in its if s.vocode_batch]) if voc else 0.0,
+        # where the engine thread's time went, summed over the run (divide by the run's audio for per-audio-s costs)
+        "encode_s": sum(s.encode_s for s in its),
+        "decode_s": sum(s.decode_s for s in its),
+        "vocode_s": sum(s.vocode_s for s in its),
+        "decode_row_steps": sum(s.decode_batch * s.decode_steps for s in its),
+        "vocode_frames": sum(s.vocode_frames for s in its),
+        "vocode_calls": len(voc),
+        "decode_calls": len(dec),
     }
 
 

@@ -418,7 +418,7 @@ class EngineCore:
         plan = self.scheduler.plan(self.pool, started)
         self._apply_plan(plan)
         failed_before = self._counters.failed_batches
-        encode_n = decode_n = vocode_n = decode_steps = 0
+        encode_n = decode_n = vocode_n = vocode_frames = decode_steps = 0
 
         t0 = now_s()
         decode_sets = {voice: list(rows) for voice, rows in plan.decode.items()}
@@ -443,6 +443,7 @@ class EngineCore:
         for voice, jobs in chunks.vocode.items():
             self._apply(self._run(ModuleCall("vocode", voice, [j.request for j in jobs], jobs=jobs)))
             vocode_n += len(jobs)
+            vocode_frames += sum(j.num_frames for j in jobs)
         t3 = now_s()
 
         worked = bool(encode_n or decode_n or vocode_n or plan.stalled)
@@ -476,6 +477,7 @@ class EngineCore:
                 skipped_decode=plan.skipped_decode,
                 paused=plan.paused,
                 failed_batches=c.failed_batches - failed_before,
+                vocode_frames=vocode_frames,
             )
         )
         return True, None

@@ -32,6 +32,7 @@ class IterationStats:
     skipped_decode: int  # decoding requests left out (decode batch cap)
     paused: int  # requests paused because their consumer is not reading
     failed_batches: int
+    vocode_frames: int = 0  # mel frames vocoded (the chunks' sizes summed)
 
 
 @dataclass

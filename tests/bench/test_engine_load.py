@@ -38,6 +38,10 @@ async def test_tiny_run_of_every_backend() -> None:
         assert r["cpu_s"] > 0 and r["cpu_s_per_audio_s"] == pytest.approx(r["cpu_s"] / r["audio_s"])
     engine_rows = [r for r in rows if r["backend"] == "engine"]
     assert engine_rows[1]["engine"]["decode_batch_max"] >= 2
+    for e in (r["engine"] for r in engine_rows):  # where the engine thread's time went: inside its iterations
+        assert e["decode_row_steps"] >= e["decode_calls"] > 0 and e["vocode_frames"] >= e["vocode_calls"] > 0
+        modules_s = e["encode_s"] + e["decode_s"] + e["vocode_s"]
+        assert 0 < modules_s <= e["iterations"] * e["iteration_ms_mean"] / 1000.0 + 1e-6
     assert "TTFA p50" in format_table(rows) and "CPU s/aud s" in format_table(rows)
 
 
