@@ -6,10 +6,7 @@ import collections
 import enum
 import logging
 import threading
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Protocol, Sequence, TypeVar
-
-import numpy as np
+from typing import Iterable, Mapping, Protocol, TypeVar
 
 from engine.config import EngineConfig
 from engine.errors import (
@@ -18,10 +15,9 @@ from engine.errors import (
     EngineError,
     EngineStopped,
     InvalidRequest,
-    RequestFailed,
     is_allocation_failure,
 )
-from engine.modules import ModuleRunner, VocodeJob
+from engine.modules import ModuleRunner
 from engine.pool import AdmissionGate, RequestPool
 from engine.request import (
     MAX_DEADLINE_MARGIN_MS,
@@ -33,16 +29,11 @@ from engine.request import (
     SynthesisRequest,
     now_s,
 )
-from engine.scheduler import ChunkJob, ChunkPlan, Plan, Scheduler
+from engine.scheduler import ChunkPlan, Plan, Scheduler
+from engine.step import BatchFailed, BatchOk, End, ModuleCall, Publish, StepUpdate, execute
 from engine.telemetry import EngineCounters, EngineObserver, IterationStats, ObserverFanout
-from models.time_scale_frames import step_start_sample, steps_started_before
 
 logger = logging.getLogger(__name__)
-
-#: At most this many decided steps go with a chunk as `ahead_positions` (64 steps: 1.6 s of Baker audio, r = 2 and
-#: 12.5 ms frames, longer than a word): the decoder may run seconds ahead of the vocoder, and every chunk would
-#: otherwise repeat all of it (Python per step on the engine thread, and again in every cached chunk).
-MAX_AHEAD_STEPS = 64
 
 #: SynthesisOptions.gap_ms above this is refused (the longest SSML break the edge sends is 10 s).
 MAX_GAP_MS = 60_000.0
@@ -85,27 +76,6 @@ class _State(enum.Enum):
     STOPPING = "stopping"
     STOPPED = "stopped"
     DEAD = "dead"
-
-
-@dataclass(frozen=True)
-class ModuleCall:
-    """One batched module call of an iteration: encode or decode `requests`, or vocode `jobs` (their requests)."""
-
-    module: str  # "encode" | "decode" | "vocode"
-    voice: str
-    requests: list[Request]
-    steps: int = 0  # decode: decoder steps of this call
-    jobs: list[ChunkJob] = field(default_factory=list)  # vocode: the chunks, in the order of `requests`
-
-
-@dataclass(frozen=True)
-class ModuleResult:
-    """What a module call returned (`output`) or raised (`error`), and when it finished (engine clock)."""
-
-    call: ModuleCall
-    output: Any
-    error: BaseException | None
-    at_s: float
 
 
 class _TooManyFailures(RuntimeError):
@@ -178,6 +148,7 @@ class EngineCore:
         self.observer = ObserverFanout(list(observers))
         self.death: BaseException | None = None
         self._counters = EngineCounters()
+        self.updater = StepUpdate(self.runners, self._counters)
         self._name = name
         self._cond = threading.Condition()
         self._inbox: collections.deque[Request] = collections.deque()
@@ -406,9 +377,10 @@ class EngineCore:
     def _iterate(self) -> tuple[bool, float | None]:
         """One iteration; returns (did any work, when to wake if idle).
 
-        Schedule → run → apply, twice: the scheduler plans encode and decode (without changing anything), the
-        modules run, `_apply` writes their results into the requests; then the vocoder chunks are planned on the
-        decoded mel, run, and applied the same way. `_apply` is the one place results change requests.
+        Two rounds of the three verbs (engine/step.py): the scheduler plans encode and decode (newcomers' first
+        decoder step included, without changing anything), `execute` runs each module call, `update` applies its
+        result and returns the events this thread delivers; then the vocoder chunks are planned on the mel just
+        decoded, run and applied the same way.
         """
         started = now_s()
         for request in self.pool.requests():
@@ -416,32 +388,28 @@ class EngineCore:
                 self._end(request, FinishReason.CANCELLED, None)
         self.pool.admit()
         plan = self.scheduler.plan(self.pool, started)
-        self._apply_plan(plan)
+        self._carry_out(plan)
         failed_before = self._counters.failed_batches
         encode_n = decode_n = vocode_n = vocode_frames = decode_steps = 0
 
         t0 = now_s()
-        decode_sets = {voice: list(rows) for voice, rows in plan.decode.items()}
         for voice, requests in plan.encode.items():
-            encoded = self._apply(self._run(ModuleCall("encode", voice, requests)))
+            self._step(ModuleCall("encode", voice, requests))
             encode_n += len(requests)
-            rows = decode_sets.setdefault(voice, [])
-            room = self.config.decode_batch_cap - sum(len(v) for v in decode_sets.values())
-            rows.extend(encoded[: max(0, room)])  # newcomers take their first decoder step this iteration
         t1 = now_s()
-        for voice, requests in decode_sets.items():
+        for voice in dict.fromkeys([*plan.decode, *plan.newcomers]):
+            requests = plan.decode_rows(voice)
             if requests:
-                requests.sort(key=lambda r: r.slot)
                 steps = plan.decode_steps.get(voice, self.config.decode_steps_per_iteration)
-                self._apply(self._run(ModuleCall("decode", voice, requests, steps=steps)))
+                self._step(ModuleCall("decode", voice, requests, steps=steps))
                 decode_steps = max(decode_steps, steps)
                 decode_n += len(requests)
         t2 = now_s()
         decoder_busy = any(r.status is Status.DECODING for r in self.pool.active())
         chunks = self.scheduler.pick_chunks(self.pool, t2, decoder_busy)
-        self._apply_plan(chunks)
+        self._carry_out(chunks)
         for voice, jobs in chunks.vocode.items():
-            self._apply(self._run(ModuleCall("vocode", voice, [j.request for j in jobs], jobs=jobs)))
+            self._step(ModuleCall("vocode", voice, [j.request for j in jobs], jobs=jobs))
             vocode_n += len(jobs)
             vocode_frames += sum(j.num_frames for j in jobs)
         t3 = now_s()
@@ -482,9 +450,9 @@ class EngineCore:
         )
         return True, None
 
-    # ------------------------------------------------------------------ run and apply
+    # ------------------------------------------------------------------ carry out, deliver, fail
 
-    def _apply_plan(self, plan: Plan | ChunkPlan) -> None:
+    def _carry_out(self, plan: Plan | ChunkPlan) -> None:
         """Carry out a plan's own decisions: its bookkeeping (Scheduler.commit), and stalled consumers end."""
         self.scheduler.commit(plan)
         for request in getattr(plan, "stalled", ()):
@@ -498,135 +466,33 @@ class EngineCore:
                 ),
             )
 
-    def _run(self, call: ModuleCall) -> ModuleResult:
-        """Run one batched module call; an exception is the result's error (applied like any result)."""
-        runner = self.runners[call.voice]
-        try:
-            if call.module == "encode":
-                rs = call.requests
-                output: Any = runner.encode([r.slot for r in rs], [r.spec.ids for r in rs], [r.spec.seed for r in rs])
-            elif call.module == "decode":
-                output = runner.decode([r.slot for r in call.requests], call.steps, self.config.prenet_dropout)
+    def _step(self, call: ModuleCall) -> None:
+        """Execute one module call, apply its result, deliver the events; then the failure policy."""
+        result = execute(self.runners[call.voice], call, self.config.prenet_dropout)
+        for event in self.updater.update(result):
+            if isinstance(event, Publish):
+                event.request.sink.publish_chunk(event.chunk)
+            elif isinstance(event, End):
+                self._end(event.request, event.reason, event.error)
+            elif isinstance(event, BatchOk):
+                self._consecutive_failures = 0
             else:
-                output = runner.vocode([
-                    VocodeJob(slot=j.request.slot, start_frame=j.start_frame, end_frame=j.end_frame,
-                              utterance_frames=j.request.end_frame, first=j.start_frame == 0, last=j.last,
-                              speaking_rate=j.request.spec.speaking_rate)
-                    for j in call.jobs
-                ])
-                if len(output) != len(call.jobs):
-                    raise RuntimeError(f"vocoder returned {len(output)} results for {len(call.jobs)} chunks")
-        except Exception as exc:  # noqa: BLE001 - a failed batch fails its requests only (in _apply)
-            return ModuleResult(call, None, exc, now_s())
-        return ModuleResult(call, output, None, now_s())
+                self._batch_failed(event)
+        if self._consecutive_failures >= self.config.max_consecutive_failures:
+            raise _TooManyFailures(f"{self._consecutive_failures} batches failed in a row; "
+                                   f"last: {result.error!r}") from result.error
 
-    def _apply(self, result: ModuleResult) -> list[Request]:
-        """The one place a module's result changes requests: status, decoded frames, audio out, endings.
-
-        Returns the requests the call served (none when it failed).
-        """
-        call = result.call
-        if result.error is not None:
-            if call.module == "encode" and isinstance(result.error, InvalidRequest):
-                for request in call.requests:
-                    self._end(request, FinishReason.ERROR, InvalidRequest(str(result.error),
-                                                                          request_id=request.request_id))
-            else:
-                self._fail_batch(call.module, call.requests, result.error)
-            return []
-        self._batch_ok()
-        runner = self.runners[call.voice]
-        c = self._counters
-        if call.module == "encode":
-            c.encode_calls += 1
-            c.encoded_items += len(call.requests)
-            for request in call.requests:
-                request.status = Status.DECODING
-                request.timings.encoded_s = result.at_s
-        elif call.module == "decode":
-            c.decode_calls += 1
-            c.decoded_rows += len(call.requests)
-            self._apply_decode(runner, call.requests, result.output)
-        else:
-            c.vocode_calls += 1
-            c.vocoded_chunks += len(call.jobs)
-            for job, samples in zip(call.jobs, result.output):
-                self._apply_chunk(runner, job, samples, result.at_s)
-        return call.requests
-
-    def _apply_decode(self, runner: ModuleRunner, requests: Sequence[Request], rows: Any) -> None:
-        r_frames = runner.timing.reduction_factor
-        for i, request in enumerate(requests):
-            valid = int(rows.valid_steps[i])
-            request.peaks.extend(int(p) for p in rows.peaks[i, :valid])
-            loud = np.flatnonzero(rows.loud[i, : valid * r_frames])
-            if loud.size:
-                request.frames_decided = request.frames_decoded + int(loud[-1]) + 1
-            request.frames_decoded += valid * r_frames
-            request.timings.decoder_steps += valid
-            if bool(rows.finished[i]):
-                request.end_frame = request.frames_decided  # the trailing trim: quiet frames at the end go
-                request.status = Status.DRAINING
-
-    def _apply_chunk(self, runner: ModuleRunner, job: ChunkJob, samples: Any, at_s: float) -> None:
-        request = job.request
-        r_frames, hop = runner.timing.reduction_factor, runner.timing.hop_samples
-        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
-        if samples.size:
-            first = request.timings.first_audio_s is None
-            # the decoder steps whose audio starts in this chunk (the vocoder returns audio later than the
-            # frames fed, and chunk edges need not fall on frame edges)
-            # (and the speaking rate scales step lengths)
-            speaking_rate = request.spec.speaking_rate
-            lo, hi = (min(len(request.peaks), steps_started_before(n, hop, r_frames, speaking_rate))
-                      for n in (request.samples_emitted, request.samples_emitted + samples.size))
-            # the steps decided past this chunk (whole steps of decided frames: a trailing trim cannot remove them)
-            ahead = max(hi, min(len(request.peaks), request.frames_decided // r_frames, hi + MAX_AHEAD_STEPS))
-            request.sink.publish_chunk(
-                AudioChunk(
-                    samples=samples,
-                    start_sample=request.samples_emitted,
-                    input_positions=np.asarray(request.peaks[lo:hi], dtype=np.int32),
-                    first=first,
-                    sample_rate_hz=runner.timing.sample_rate_hz,
-                    step_start_samples=np.array([step_start_sample(k, hop, r_frames, speaking_rate) for k in range(lo, hi)],
-                                                dtype=np.int64),
-                    ahead_positions=np.asarray(request.peaks[hi:ahead], dtype=np.int32),
-                    ahead_step_start_samples=np.array(
-                        [step_start_sample(k, hop, r_frames, speaking_rate) for k in range(hi, ahead)], dtype=np.int64),
-                )
-            )
-            if first:
-                request.timings.first_audio_s = at_s
-            request.samples_emitted += int(samples.size)
-            request.timings.audio_samples = request.samples_emitted
-            request.timings.chunks += 1
-            self._counters.audio_samples += int(samples.size)
-        request.frames_emitted = job.end_frame
-        request.ready_since_s = None
-        if job.last:
-            self._end(request, FinishReason.COMPLETED, None)
-
-    # ------------------------------------------------------------------ endings
-
-    def _batch_ok(self) -> None:
-        self._consecutive_failures = 0
-
-    def _fail_batch(self, module: str, requests: Sequence[Request], exc: BaseException) -> None:
-        logger.exception(
-            "%s batch of %d failed (requests %s)", module, len(requests), [r.request_id for r in requests][:8],
-            exc_info=exc,
+    def _batch_failed(self, event: BatchFailed) -> None:
+        """The failure policy's count (its requests end by the events after this one)."""
+        logger.error(
+            "%s batch of %d failed (requests %s)", event.module, len(event.requests),
+            [r.request_id for r in event.requests][:8], exc_info=event.error,
         )
         self._counters.failed_batches += 1
-        self._counters.allocation_failures += is_allocation_failure(exc)  # the server's readiness watches this
-        for request in requests:
-            if request.status is Status.DONE:
-                continue
-            err = RequestFailed(f"{module} failed: {exc!r}", request_id=request.request_id, module=module, cause=exc)
-            self._end(request, FinishReason.ERROR, err)
+        self._counters.allocation_failures += is_allocation_failure(event.error)  # the server's readiness watches this
         self._consecutive_failures += 1
-        if self._consecutive_failures >= self.config.max_consecutive_failures:
-            raise _TooManyFailures(f"{self._consecutive_failures} batches failed in a row; last: {exc!r}") from exc
+
+    # ------------------------------------------------------------------ endings
 
     def _end(self, request: Request, reason: FinishReason, error: BaseException | None) -> None:
         """Take a request out of the engine and deliver its final event (engine thread)."""

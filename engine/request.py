@@ -124,7 +124,7 @@ class AudioChunk:
     decided (their audio will come, later: the vocoder and postnet run tens of frames behind the decoder), with
     `ahead_step_start_samples` [m] (int64, the same rule as `step_start_samples`). A consumer that must time a word
     before its first audio (service/call/words.py) can then time it before the chunk holding its end arrives.
-    At most engine.core.MAX_AHEAD_STEPS; empty when nothing is decided past the chunk; None from producers that do
+    At most engine.step.MAX_AHEAD_STEPS; empty when nothing is decided past the chunk; None from producers that do
     not know it.
     """
 

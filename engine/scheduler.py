@@ -117,6 +117,8 @@ class Plan:
     encode: dict[str, list[Request]] = field(default_factory=dict)
     decode: dict[str, list[Request]] = field(default_factory=dict)
     decode_steps: dict[str, int] = field(default_factory=dict)  # steps of this iteration's decoder call, per voice
+    # requests encoded this iteration that take their first decoder step in it too (room left under the batch cap)
+    newcomers: dict[str, list[Request]] = field(default_factory=dict)
     stalled: list[Request] = field(default_factory=list)
     urgent: int = 0
     skipped_decode: int = 0
@@ -130,6 +132,12 @@ class Plan:
     def empty(self) -> bool:
         """Neither encoder nor decoder has work, and nobody is to be dropped."""
         return not (self.encode or self.decode or self.stalled)
+
+    def decode_rows(self, voice: str) -> list[Request]:
+        """The rows of the voice's decoder call, by slot: the planned ones and the newcomers whose encode succeeded
+        (call after the encode results were applied: a failed one has ended)."""
+        fresh = [r for r in self.newcomers.get(voice, ()) if r.status is Status.DECODING]
+        return sorted([*self.decode.get(voice, ()), *fresh], key=lambda r: r.slot)
 
 
 @dataclass
@@ -421,6 +429,10 @@ class Scheduler:
             decodable = decodable[: cfg.decode_batch_cap]
         for request in sorted(decodable, key=lambda r: r.slot):
             plan.decode.setdefault(request.voice, []).append(request)
+        room = cfg.decode_batch_cap - len(decodable)
+        for voice, requests in plan.encode.items():  # newcomers take their first decoder step this iteration
+            plan.newcomers[voice] = requests[: max(0, room)]
+            room -= len(plan.newcomers[voice])
         for voice in {*plan.decode, *plan.encode}:
             ramping = any(self.is_young(r) for r in (*plan.encode.get(voice, ()), *plan.decode.get(voice, ())))
             fastest = max((r.spec.speaking_rate for r in plan.decode.get(voice, ())), default=1.0)
