@@ -69,8 +69,11 @@ class WindowPostnet:
 
 
 class StreamedPostnet:
-    """Each frame through the postnet once; rows grouped by the frames they take (a finished row may take more
-    zeros past its end, rounded up to `bucket_frames`, to share a call or to reuse a width: few shapes)."""
+    """Each frame through the postnet once, in calls of few widths: kernels are built per (batch, width) shape
+    (oneDNN keeps each, docs/reliability.md §5.2), so a width is a multiple of `bucket_frames`, or shorter than
+    it, or a first call's minimum plus less than `bucket_frames`. A row may take frames past what it needs, up to
+    what is final (a finished row's zeros past its end), to share a call or to reach a multiple; a row that cannot
+    is fed the largest multiple first and the rest in a second call, which carries the state over exactly."""
 
     def __init__(self, acoustic: Tacotron2, slots: int, bucket_frames: int, max_frames: int) -> None:
         self.streamer = StreamingPostnet(acoustic, slots)
@@ -83,45 +86,60 @@ class StreamedPostnet:
         for slot in slots:
             self.fed[slot] = 0
 
+    def widths(self, max_frames: int) -> list[int]:
+        """Every width a call can take when no row needs more than `max_frames` frames (warm-up, tests)."""
+        b, first = self.bucket_frames, self.streamer.min_first_frames
+        return sorted({*range(1, b), *range(b, bucket_up(max_frames, b) + 1, b), *range(first, first + b)})
+
     def warm(self, call_widths: Sequence[int]) -> None:
         """Build the kernels of the calls that go with vocoder calls of these widths (batch 1, first and later
         calls: a first call takes the delay on top), in slot 0, which is reset afterwards."""
         weight = self.streamer.projection.weight
-        for width in sorted({*call_widths, *(w + self.ctx for w in call_widths)}):
+        for width in self.widths(max(call_widths) + self.ctx):
             frames = torch.zeros(1, width, self.streamer.n_mels, dtype=weight.dtype, device=weight.device)
             for first in ((True, False) if width >= self.streamer.min_first_frames else (False,)):
                 self.streamer.step([0], frames, [first])
         self.reset([0])
 
     def _groups(self, asks: Sequence[PostnetAsk]) -> dict[int, list[int]]:
-        """Frames to feed → slots fed that many."""
+        """One pass: frames to feed → slots fed that many (a row split in two gets the rest in the next pass)."""
         rows = []
         for a in asks:
             fed = self.fed[a.slot]
             need = a.end_frame + self.ctx - fed
             if need <= 0:
                 continue
+            least = 1  # the fewest frames a call of this row may take
             if fed == 0:
-                need = max(need, self.streamer.min_first_frames)
+                least = self.streamer.min_first_frames
+                need = max(need, least)
             # frames it may take without reading mel that is not final yet; a caller asking past them (the
             # scheduler never does) gets them as the zeros the buffer holds, as the window path would
             room = max(need, min(a.final_frames, self.max_frames) - fed)
-            rows.append((need, room, a.slot))
+            rows.append((need, room, least, a.slot))
         groups: dict[int, list[int]] = {}
-        for need, room, slot in sorted(rows, reverse=True):
+        b = self.bucket_frames
+        for need, room, least, slot in sorted(rows, reverse=True):
             width = next((w for w in sorted(groups) if need <= w <= room), None)
             if width is None:
-                width = min(room, bucket_up(need, self.bucket_frames)) if room > need else need
+                up, down = bucket_up(need, b), need - need % b
+                if up <= room:
+                    width = up
+                elif down >= least:
+                    width = down  # the rest (< b frames) in the next pass
+                else:
+                    width = need  # < b, or a first call's minimum plus < b
             groups.setdefault(width, []).append(slot)
         return groups
 
     def run(self, mel: torch.Tensor, mel_after: torch.Tensor, asks: Sequence[PostnetAsk]) -> None:
-        for width, slots in sorted(self._groups(asks).items()):
-            fed = device_tensor([self.fed[s] for s in slots], mel.device)
-            rows = device_tensor(slots, mel.device).unsqueeze(1)
-            batch = mel[rows, fed.unsqueeze(1) + torch.arange(width, device=mel.device)]
-            after = self.streamer.step(slots, batch, [self.fed[s] == 0 for s in slots])
-            for i, slot in enumerate(slots):
-                lo = self.fed[slot] - self.ctx  # frame of after[i, 0]; before 0 on a first call: pre-roll
-                mel_after[slot, max(0, lo): lo + width] = after[i, max(0, -lo):]
-                self.fed[slot] += width
+        while groups := self._groups(asks):
+            for width, slots in sorted(groups.items()):
+                fed = device_tensor([self.fed[s] for s in slots], mel.device)
+                rows = device_tensor(slots, mel.device).unsqueeze(1)
+                batch = mel[rows, fed.unsqueeze(1) + torch.arange(width, device=mel.device)]
+                after = self.streamer.step(slots, batch, [self.fed[s] == 0 for s in slots])
+                for i, slot in enumerate(slots):
+                    lo = self.fed[slot] - self.ctx  # frame of after[i, 0]; before 0 on a first call: pre-roll
+                    mel_after[slot, max(0, lo): lo + width] = after[i, max(0, -lo):]
+                    self.fed[slot] += width
