@@ -12,20 +12,15 @@ import pytest
 import torch
 
 from engine.postnet import PostnetAsk, StreamedPostnet
-from models.tacotron2 import Tacotron2, Tacotron2Config
+from models.tacotron2 import Tacotron2
+from tests.models.test_streaming_postnet import tiny_postnet_acoustic
 
 BUCKET, MAX_FRAMES, SLOTS = 8, 400, 4
 
 
 @pytest.fixture(scope="module")
 def acoustic() -> Tacotron2:
-    torch.manual_seed(0)
-    model = Tacotron2(Tacotron2Config.tiny(postnet_layers=5, postnet_kernel=5)).eval()
-    with torch.no_grad():
-        for layer in model.postnet_convs:
-            layer.scale.uniform_(0.5, 1.5)
-            layer.shift.normal_(0, 0.3)
-    return model
+    return tiny_postnet_acoustic()
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -19,8 +19,7 @@ ATOL = 1e-5  # float32 rounding: a convolution over a shorter input may sum in a
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-@pytest.fixture(scope="module")
-def acoustic() -> Tacotron2:
+def tiny_postnet_acoustic() -> Tacotron2:
     """Tiny random model, 5 postnet layers (context 10 as Baker) with non-trivial folded batch norms."""
     torch.manual_seed(0)
     model = Tacotron2(Tacotron2Config.tiny(postnet_layers=5, postnet_kernel=5)).eval()
@@ -29,6 +28,11 @@ def acoustic() -> Tacotron2:
             layer.scale.uniform_(0.5, 1.5)
             layer.shift.normal_(0, 0.3)
     return model
+
+
+@pytest.fixture(scope="module")
+def acoustic() -> Tacotron2:
+    return tiny_postnet_acoustic()
 
 
 def _whole(acoustic: Tacotron2, mel: torch.Tensor) -> torch.Tensor:
