@@ -48,13 +48,16 @@ TEXTS = ["您好，欢迎致电。", "请问有什么可以帮您？", "您的�
          "感谢您的来电，再见。"]
 
 
-async def drop_captured_log_records(period_s: float = 1.0) -> None:
+async def drop_captured_log_records(kept: list[str], period_s: float = 1.0, keep: int = 20) -> None:
     """pytest keeps every log record of a test (the tiny voice warns on each decode batch): over a soak that is
-    megabytes of the harness's memory, not the service's. Keep only the last second's."""
+    megabytes of the harness's memory, not the service's. Keep only the last second's, and the first `keep` errors
+    (a stalled engine logs where its thread is: the one clue to why)."""
     while True:
         await asyncio.sleep(period_s)
         for handler in logging.getLogger().handlers:
             if isinstance(handler, LogCaptureHandler):
+                kept.extend(handler.format(r) for r in handler.records
+                            if r.levelno >= logging.ERROR and len(kept) < keep)
                 handler.reset()
 
 
@@ -143,6 +146,7 @@ async def test_soak_has_no_resource_slope():
         mark: dict[str, int] = {}
         traced: dict[str, tracemalloc.Snapshot] = {}
         first_failures: dict[str, str] = {}  # status name -> when and what, for the first failed call of that kind
+        errors_logged: list[str] = []  # the server's first error records
 
         def on_gc(phase, info):
             if phase == "stop" and info["generation"] == 2 and not mark.get("collecting"):
@@ -171,7 +175,8 @@ async def test_soak_has_no_resource_slope():
                 mark["tensor_mib"] = live_tensor_mib()
 
         gc.callbacks.append(on_gc)
-        watchers = [asyncio.create_task(t) for t in (sampler.run(), warm_up_mark(), drop_captured_log_records())]
+        background = (sampler.run(), warm_up_mark(), drop_captured_log_records(errors_logged))
+        watchers = [asyncio.create_task(t) for t in background]
         try:
             await asyncio.gather(*(lane(i) for i in range(LANES)))
         finally:
@@ -200,11 +205,13 @@ async def test_soak_has_no_resource_slope():
         if out := os.environ.get("VOXPOOL_SOAK_OUT"):
             Path(out).write_text(json.dumps({
                 "soak_s": SOAK_S, "window_from_s": mark["t_s"], "calls": outcomes, "gen2_collections": gen2[0],
-                "traced_growth": growth, "first_failures": first_failures,
+                "traced_growth": growth, "first_failures": first_failures, "errors_logged": errors_logged,
                 "slopes_per_10min": {k: asdict(v) for k, v in slopes.items()},
                 "samples": [asdict(s) for s in sampler.samples],
             }, indent=1) + "\n", encoding="utf-8")
 
+        if errors_logged:
+            print("\nthe server's first error records:\n" + "\n".join(errors_logged))
         assert outcomes == {"OK": calls}, f"failed calls, the first of each kind: {first_failures}"
         assert window[-1].t_s - window[0].t_s >= MIN_WINDOW_S, "window too short to resolve the slope bound"
         assert end_state == start_state  # state created == state released
