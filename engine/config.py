@@ -43,6 +43,8 @@ class EngineConfig:
     decode_steps_per_iteration: int = 1  # fewest decoder steps per batched decode call (cancel is noticed between calls)
     max_decode_steps_per_iteration: int = 8  # catch-up: after a long iteration the decoder runs up to this many steps
     decode_pace: float = 2.0  # decoder steps per call keep mel this many times faster than playback (scheduler.py)
+    # > 0: the decoder runs at most this often while no row is fresh or short of mel (more rows per call, scheduler.py)
+    decode_interval_ms: float = 50.0
     window_bucket_frames: int = 8  # postnet calls (and last vocoder calls past max_chunk_frames) round up to this (fewer shapes)
 
     # --- chunking
@@ -139,7 +141,7 @@ class EngineConfig:
         if self.max_lead_ms < 1000.0:
             raise ValueError(f"engine.max_lead_ms={self.max_lead_ms}: must be >= 1000 (a full chunk and its "
                              "look-ahead must fit under it)")
-        for name in ("urgency_margin_ms", "max_vocode_wait_ms", "max_unread_audio_ms", "stalled_consumer_timeout_ms",
+        for name in ("decode_interval_ms", "urgency_margin_ms", "max_vocode_wait_ms", "max_unread_audio_ms", "stalled_consumer_timeout_ms",
                      "starving_buffer_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"engine.{name}={getattr(self, name)}: must be >= 0")

@@ -18,9 +18,14 @@ Policy (also in docs/engine.md):
   the mel ahead of playback: ceil(`decode_pace` · time since the previous call / audio per step), twice
   that while a chain head is young (fewer than RAMP_CHUNKS chunks sent) or new, at least
   `decode_steps_per_iteration`, at most `max_decode_steps_per_iteration` (an iteration that vocoded takes
-  tens of ms; one step after it would let every stream fall behind). If there are more than
-  `max_decode_batch`, urgent ones go first, then the ones with the least buffered audio; the rest wait one
-  iteration.
+  tens of ms; one step after it would let every stream fall behind). While a fresh request (its caller waits
+  for the first audio) still needs decoder steps before its first chunk, the call takes as many of them as that
+  cap allows: a lone call's first chunk comes in a few calls, not one or two steps per iteration. If there are
+  more than `max_decode_batch`, urgent ones go first, then the ones with the least buffered audio; the rest wait
+  one iteration.
+* **Decoder rhythm.** With `decode_interval_ms` > 0 a voice's decoder call waits until that long after its
+  previous one, unless a row is fresh, a newcomer is encoded, or a row's decided mel is less than three intervals
+  ahead of its playback; every row below its lead bound then decodes in that call (more rows share each step).
 * **Chunks.** A request has a *ready chunk* when enough mel is decided (and the postnet has its context past
   it): the streaming vocoder takes each frame once and returns its audio `vocoder_lookahead_frames` later, so
   the first call takes `first_chunk_frames` plus that delay, later ones the largest of `chunk_frames`·2^k (up
@@ -429,6 +434,8 @@ class Scheduler:
             decodable = decodable[: cfg.decode_batch_cap]
         for request in sorted(decodable, key=lambda r: r.slot):
             plan.decode.setdefault(request.voice, []).append(request)
+        if cfg.decode_interval_ms > 0:
+            self._hold_decoder(plan, now)
         room = cfg.decode_batch_cap - len(decodable)
         for voice, requests in plan.encode.items():  # newcomers take their first decoder step this iteration
             plan.newcomers[voice] = requests[: max(0, room)]
@@ -436,8 +443,40 @@ class Scheduler:
         for voice in {*plan.decode, *plan.encode}:
             ramping = any(self.is_young(r) for r in (*plan.encode.get(voice, ()), *plan.decode.get(voice, ())))
             fastest = max((r.spec.speaking_rate for r in plan.decode.get(voice, ())), default=1.0)
-            plan.decode_steps[voice] = self.decode_steps(voice, now, ramping, fastest)
+            steps = self.decode_steps(voice, now, ramping, fastest)
+            # a caller waits for a fresh row's first chunk: its steps in as few calls as the cap allows, and not past
+            # the nearest one (a row decoded past its first chunk's frames vocodes a larger, later first chunk)
+            rows = (*plan.decode.get(voice, ()), *plan.newcomers.get(voice, ()))
+            first = min((n for n in (self.steps_to_first_chunk(r) for r in rows if self.is_fresh(r)) if n > 0),
+                        default=0)
+            plan.decode_steps[voice] = max(steps, min(cfg.max_decode_steps_per_iteration, first))
         return plan
+
+    def _hold_decoder(self, plan: Plan, now: float) -> None:
+        """The decoder rhythm (decode_interval_ms > 0): a voice's decoder call waits until the interval passed since
+        its previous one, unless a row is fresh or its decided mel is less than three intervals ahead of playback;
+        then every row below its lead bound decodes in that call, steps for the time since the previous one."""
+        interval_s = self.config.decode_interval_ms / 1000.0
+        for voice, rows in list(plan.decode.items()):
+            last = self._last_decode_s.get(voice)
+            if last is None or now - last >= interval_s or plan.encode.get(voice):
+                continue
+            short = [r for r in rows if (lead := self.decoded_lead_s(r, now)) is None or lead < 3 * interval_s]
+            if short:
+                continue
+            del plan.decode[voice]
+            plan.skipped_decode += len(rows)
+            plan.wake_at_s = last + interval_s if plan.wake_at_s is None else min(plan.wake_at_s, last + interval_s)
+
+    def steps_to_first_chunk(self, request: Request) -> int:
+        """Decoder steps a streaming request still needs before its first chunk can be vocoded (0 once it can, or
+        when it is not streaming): the first call's frames at its speaking rate, plus the postnet's context."""
+        if not request.spec.options.streaming:
+            return 0
+        vt = self.timings[request.voice]
+        out = self.first_frames(request, request.first_chunk_frames)
+        need = math.ceil(out * request.spec.speaking_rate) + 1 + vt.postnet_lookahead_frames
+        return max(0, -(-(need - request.frames_decoded) // vt.reduction_factor))
 
     def _lead_full(self, request: Request, now: float, cap_s: float) -> bool:
         """A streaming request whose decided mel is `cap_s` or more ahead of its call's playback."""

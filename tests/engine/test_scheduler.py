@@ -296,6 +296,74 @@ def test_decode_steps_keep_pace_with_playback() -> None:
         EngineConfig(voices=("v",), decode_pace=0)
 
 
+def test_a_fresh_row_takes_its_first_chunk_steps_in_as_few_calls_as_the_cap_allows() -> None:
+    # first call: 16 frames + the vocoder's 4, the postnet's 3 past them (+1 for a chunk edge): 24 frames, 12 steps
+    sched, pool, (r,) = setup(1, decode_pace=2.0, decode_steps_per_iteration=1, max_decode_steps_per_iteration=8)
+    decoding(r, decoded=0)
+    assert sched.steps_to_first_chunk(r) == 12
+    sched.commit(Plan(decode_steps={"v": 1}, planned_at_s=1.000))
+    assert sched.plan(pool, now=1.005).decode_steps["v"] == 8  # not the 1 step that 5 ms of pace asks for
+    decoding(r, decoded=16)
+    assert sched.plan(pool, now=1.005).decode_steps["v"] == 4  # the 4 steps it still needs
+    decoding(r, decoded=24)
+    assert sched.steps_to_first_chunk(r) == 0
+    assert sched.ready_chunk(r) is not None  # the count was enough
+    assert sched.plan(pool, now=1.005).decode_steps["v"] == 1  # pace alone again
+
+
+def test_fresh_rows_decode_no_further_than_the_nearest_first_chunk() -> None:
+    sched, pool, (far, near) = setup(2, decode_steps_per_iteration=1, max_decode_steps_per_iteration=8)
+    decoding(far, decoded=0)
+    decoding(near, decoded=18)
+    sched.commit(Plan(decode_steps={"v": 1}, planned_at_s=1.000))
+    assert [sched.steps_to_first_chunk(r) for r in (far, near)] == [12, 3]
+    assert sched.plan(pool, now=1.005).decode_steps["v"] == 3  # the near one's first chunk is not outgrown
+
+
+def test_only_fresh_streaming_rows_take_first_chunk_steps() -> None:
+    sched, pool, (running, follower, batch) = setup(3, decode_steps_per_iteration=1, max_decode_steps_per_iteration=8)
+    decoding(running, decoded=40, emitted=16)  # sent audio: pace only
+    running.samples_emitted, running.timings.first_audio_s, running.timings.chunks = 160, 1.0, 3
+    decoding(follower, decoded=0)
+    follower.after_end_s = 2.0  # plays after another request's audio: that call's queue covers it
+    decoding(batch, decoded=0)
+    batch.spec = SynthesisRequest("batch", [1, 2], options=SynthesisOptions(streaming=False))
+    assert sched.steps_to_first_chunk(batch) == 0
+    sched.commit(Plan(decode_steps={"v": 1}, planned_at_s=1.000))
+    assert sched.plan(pool, now=1.005).decode_steps["v"] == 1
+
+
+def test_decoder_rhythm_holds_the_call_until_its_interval_unless_a_row_is_short() -> None:
+    sched, pool, rows = setup(2, decode_interval_ms=50.0, decode_steps_per_iteration=1,
+                              max_decode_steps_per_iteration=8)
+    for r in rows:  # playing since 1.0 s, 1 s of mel decided: 0.8 s ahead of playback at 1.2 s
+        decoding(r, decoded=100, emitted=40)
+        r.samples_emitted, r.timings.first_audio_s, r.timings.chunks = 400, 1.0, 3
+    sched.commit(Plan(decode_steps={"v": 1}, planned_at_s=1.180))
+    held = sched.plan(pool, now=1.200)
+    assert held.decode == {} and held.skipped_decode == 2
+    assert held.wake_at_s == pytest.approx(1.230)  # the loop wakes for the next call
+    due = sched.plan(pool, now=1.231)
+    assert due.decode["v"] == rows and due.decode_steps["v"] == 6  # 51 ms at twice the pace of 20 ms steps
+    rows[0].frames_decided = 30  # 0.1 s ahead: under three intervals
+    assert sched.plan(pool, now=1.200).decode["v"] == rows  # it decodes now, the other rides along
+    rows[0].frames_decided = 100
+    sched.config.decode_interval_ms = 0.0  # off: every iteration decodes
+    assert sched.plan(pool, now=1.200).decode["v"] == rows
+
+
+def test_decoder_rhythm_never_holds_a_fresh_row_or_a_newcomer() -> None:
+    sched, pool, (running, fresh) = setup(2, decode_interval_ms=50.0)
+    decoding(running, decoded=100, emitted=40)
+    running.samples_emitted, running.timings.first_audio_s, running.timings.chunks = 400, 1.0, 3
+    decoding(fresh, decoded=10)  # no audio yet: its caller waits
+    sched.commit(Plan(decode_steps={"v": 1}, planned_at_s=1.180))
+    assert sched.plan(pool, now=1.200).decode["v"] == [running, fresh]
+    fresh.status = Status.ENCODING  # a newcomer: encoded this iteration, first decoder step in it too
+    plan = sched.plan(pool, now=1.200)
+    assert plan.encode["v"] == [fresh] and plan.decode["v"] == [running]
+
+
 def test_starts_are_staggered_while_streams_ramp_up() -> None:
     sched, pool, rs = setup(4, max_ramping_streams=2, max_vocode_frames_per_iteration=1000)
     now = 0.5  # submitted at ~0: within MAX_START_HOLD_S
