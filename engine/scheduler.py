@@ -465,7 +465,6 @@ class Scheduler:
             if short:
                 continue
             del plan.decode[voice]
-            plan.skipped_decode += len(rows)
             plan.wake_at_s = last + interval_s if plan.wake_at_s is None else min(plan.wake_at_s, last + interval_s)
 
     def steps_to_first_chunk(self, request: Request) -> int:
