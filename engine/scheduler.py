@@ -422,9 +422,10 @@ class Scheduler:
 
         decodable = [r for r in runnable if r.status is Status.DECODING]
         lead_cap_s = cfg.max_lead_ms / 1000.0
-        ahead = [r for r in decodable if self._lead_full(r, now, lead_cap_s)]
+        leads = {id(r): self.decoded_lead_s(r, now) for r in decodable}  # once: the lead bound and the rhythm read it
+        ahead = [r for r in decodable if self._lead_full(r, leads[id(r)], lead_cap_s)]
         if ahead:  # far enough ahead of playback: wait (bounds the work a barge-in throws away)
-            decodable = [r for r in decodable if not self._lead_full(r, now, lead_cap_s)]
+            decodable = [r for r in decodable if not self._lead_full(r, leads[id(r)], lead_cap_s)]
             plan.lead_full = len(ahead)
             recheck = now + PAUSED_RECHECK_S  # playback moves on: re-check even if nothing else wakes the loop
             plan.wake_at_s = recheck if plan.wake_at_s is None else min(plan.wake_at_s, recheck)
@@ -435,7 +436,7 @@ class Scheduler:
         for request in sorted(decodable, key=lambda r: r.slot):
             plan.decode.setdefault(request.voice, []).append(request)
         if cfg.decode_interval_ms > 0:
-            self._hold_decoder(plan, now)
+            self._hold_decoder(plan, now, leads)
         room = cfg.decode_batch_cap - len(decodable)
         for voice, requests in plan.encode.items():  # newcomers take their first decoder step this iteration
             plan.newcomers[voice] = requests[: max(0, room)]
@@ -452,7 +453,7 @@ class Scheduler:
             plan.decode_steps[voice] = max(steps, min(cfg.max_decode_steps_per_iteration, first))
         return plan
 
-    def _hold_decoder(self, plan: Plan, now: float) -> None:
+    def _hold_decoder(self, plan: Plan, now: float, leads: dict[int, float | None]) -> None:
         """The decoder rhythm (decode_interval_ms > 0): a voice's decoder call waits until the interval passed since
         its previous one, unless a row is fresh or its decided mel is less than three intervals ahead of playback;
         then every row below its lead bound decodes in that call, steps for the time since the previous one."""
@@ -461,9 +462,8 @@ class Scheduler:
             last = self._last_decode_s.get(voice)
             if last is None or now - last >= interval_s or plan.encode.get(voice):
                 continue
-            short = [r for r in rows if (lead := self.decoded_lead_s(r, now)) is None or lead < 3 * interval_s]
-            if short:
-                continue
+            if any((lead := leads[id(r)]) is None or lead < 3 * interval_s for r in rows):
+                continue  # a fresh row, or one short of mel
             del plan.decode[voice]
             plan.wake_at_s = last + interval_s if plan.wake_at_s is None else min(plan.wake_at_s, last + interval_s)
 
@@ -477,12 +477,10 @@ class Scheduler:
         need = math.ceil(out * request.spec.speaking_rate) + 1 + vt.postnet_lookahead_frames
         return max(0, -(-(need - request.frames_decoded) // vt.reduction_factor))
 
-    def _lead_full(self, request: Request, now: float, cap_s: float) -> bool:
-        """A streaming request whose decided mel is `cap_s` or more ahead of its call's playback."""
-        if not request.spec.options.streaming:
-            return False
-        lead = self.decoded_lead_s(request, now)
-        return lead is not None and lead >= cap_s
+    @staticmethod
+    def _lead_full(request: Request, lead_s: float | None, cap_s: float) -> bool:
+        """A streaming request whose decided mel (`lead_s` ahead of its call's playback) is `cap_s` or more ahead."""
+        return request.spec.options.streaming and lead_s is not None and lead_s >= cap_s
 
     def pick_chunks(self, pool: RequestPool, now: float, decoder_busy: bool) -> ChunkPlan:
         """Pick the chunks to vocode now: urgent ones always; others only when efficient, and then lazily.
